@@ -1,0 +1,19 @@
+"""Pantheon: a multi-model LLM inference engine and server; this package is the engine library."""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "open_model", "open_tokenizer"]
+
+
+def open_model(path, threads=None):
+    """Open a GGUF model zero-copy; see docs/python-api.md."""
+    from pantheon.model import open_model as _open_model
+
+    return _open_model(path, threads=threads)
+
+
+def open_tokenizer(path):
+    """Open only the tokenizer of a GGUF file (vocabulary-only files included)."""
+    from pantheon.tokenizer import open_tokenizer as _open_tokenizer
+
+    return _open_tokenizer(path)

@@ -1,0 +1,1 @@
+"""Numba CPU kernels that compute directly on raw ggml quantized blocks."""

@@ -1,0 +1,8 @@
+"""The numba decorators every kernel uses, so compile options live in one place."""
+
+import numba
+
+# cache=True: compiled machine code lands in __pycache__, so a second start skips the 1-2 s per kernel.
+kernel = numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+inline = numba.njit(fastmath=True, cache=True, nogil=True, inline="always")
+serial = numba.njit(fastmath=True, cache=True, nogil=True)
