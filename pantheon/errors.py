@@ -51,3 +51,15 @@ class EngineError(PantheonError):
 
 class ContextOverflow(EngineError):
     """A sequence would exceed the context the engine was given."""
+
+
+class TemplateError(PantheonError):
+    """A chat template failed to compile or render, or rejected the conversation it was given."""
+
+
+class InvalidParameter(EngineError):
+    """A sampling or request parameter is out of range; the message and `field` name it."""
+
+    def __init__(self, message, field=None):
+        super().__init__(message)
+        self.field = field

@@ -1,0 +1,61 @@
+"""Per-sequence key/value cache: float32 arrays that grow by doubling up to the context limit."""
+
+import numpy as np
+
+from pantheon.errors import ContextOverflow
+
+
+class KVCache:
+    """Keys and values of one sequence for every layer; `tokens` are the ids they were computed from.
+
+    k, v: float32 [n_layer, n_head_kv, capacity, head_dim]; positions [0, len) are valid.
+    """
+
+    def __init__(self, cfg, n_ctx, initial=64):
+        self.n_ctx = n_ctx
+        self._shape = (cfg.n_layer, cfg.n_head_kv, 0, cfg.head_dim)
+        self.k = self.v = None
+        self.tokens = []
+        self._alloc(min(initial, n_ctx))
+
+    def __len__(self):
+        return len(self.tokens)
+
+    @property
+    def capacity(self):
+        return self.k.shape[2]
+
+    @property
+    def nbytes(self):
+        return self.k.nbytes + self.v.nbytes
+
+    def _alloc(self, cap):
+        n_layer, n_kv, _, hd = self._shape
+        k = np.zeros((n_layer, n_kv, cap, hd), dtype=np.float32)  # [L, kv, cap, hd]
+        v = np.zeros((n_layer, n_kv, cap, hd), dtype=np.float32)  # [L, kv, cap, hd]
+        if self.k is not None:
+            n = len(self.tokens)
+            k[:, :, :n] = self.k[:, :, :n]
+            v[:, :, :n] = self.v[:, :, :n]
+        self.k, self.v = k, v
+
+    def reserve(self, new_tokens):
+        """Make room for `new_tokens` more positions, or raise ContextOverflow."""
+        need = len(self.tokens) + new_tokens
+        if need > self.n_ctx:
+            raise ContextOverflow(f"sequence of {need} tokens exceeds the context of {self.n_ctx}")
+        if need > self.capacity:
+            self._alloc(min(self.n_ctx, max(need, 2 * self.capacity)))
+
+    def truncate(self, n):
+        """Keep the first `n` positions (prefix reuse); later ones are overwritten when extended."""
+        assert 0 <= n <= len(self.tokens)
+        del self.tokens[n:]
+
+    def common_prefix(self, tokens):
+        """Length of the longest common prefix of the cached ids and `tokens`."""
+        n = min(len(self.tokens), len(tokens))
+        a = np.asarray(self.tokens[:n])  # [n]
+        b = np.asarray(tokens[:n])  # [n]
+        diff = np.flatnonzero(a != b)  # [mismatches]
+        return int(diff[0]) if diff.size else n

@@ -1,0 +1,27 @@
+"""Mixture-of-experts feed-forward: softmax router, top-k experts, weights renormalised to sum to 1."""
+
+import numpy as np
+
+from pantheon.kernels.matmul import matmul
+from pantheon.ops import silu, softmax
+
+
+def route(router_logits, k):
+    """Top-k experts per row and their renormalised weights: ids int [n, k], weights float32 [n, k]."""
+    probs = softmax(router_logits)  # [n, E]
+    ids = np.argsort(-probs, axis=-1, kind="stable")[:, :k]  # [n, k]
+    w = np.take_along_axis(probs, ids, axis=-1)  # [n, k]
+    return ids, (w / w.sum(axis=-1, keepdims=True)).astype(np.float32)  # [n, k]
+
+
+def moe_ffn(experts, h, n_used):
+    """h float32 [n, dim] -> float32 [n, dim]; each expert runs once on the rows routed to it."""
+    ids, weights = route(matmul(experts.router, h), n_used)  # [n, k], [n, k]
+    out = np.zeros_like(h)  # [n, dim]
+    for e in np.unique(ids):
+        rows, slot = np.nonzero(ids == e)  # [m], [m]
+        x = np.ascontiguousarray(h[rows])  # [m, dim]
+        act = silu(matmul(experts.gate[e], x)) * matmul(experts.up[e], x)  # [m, ff]
+        y = matmul(experts.down[e], act)  # [m, dim]
+        out[rows] += y * weights[rows, slot][:, None]
+    return out

@@ -1,0 +1,201 @@
+"""Next-token sampling along llama.cpp's default chain, with validated, immutable parameters."""
+
+import math
+import numbers
+import operator
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+import numpy as np
+
+from pantheon.errors import EngineError, InvalidParameter
+
+_SEED_LIMIT = 2**64
+_FIRST_SORT = 256  # top_p without top_k: sort this many best tokens first, widen only if mass is short
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """llama.cpp's knobs and defaults; 0 disables top_k and min_p, 1 disables top_p and repeat_penalty.
+
+    repeat_last_n: how many trailing history tokens the penalties look at (0 = none, -1 = all).
+    logit_bias: token id -> value added to its logit; -inf bans the token.
+    seed: None draws from OS entropy, so only a given seed reproduces a sequence.
+    """
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    seed: Optional[int] = None
+
+    def __post_init__(self):
+        bias = self.logit_bias
+        if not isinstance(bias, Mapping):
+            raise InvalidParameter(f"logit_bias must map token ids to numbers, got {bias!r}", "logit_bias")
+        object.__setattr__(self, "logit_bias", MappingProxyType(dict(bias)))
+        self.validate()
+
+    def validate(self, n_vocab=None):
+        """Raise InvalidParameter naming the first bad field; `n_vocab` also bounds logit_bias ids."""
+        _real("temperature", self.temperature, low=0.0)
+        _integer("top_k", self.top_k, low=0)
+        _real("top_p", self.top_p, low=0.0, high=1.0)
+        _real("min_p", self.min_p, low=0.0, high=1.0)
+        _real("repeat_penalty", self.repeat_penalty, low=0.0, low_open=True)
+        _integer("repeat_last_n", self.repeat_last_n, low=-1)
+        _real("presence_penalty", self.presence_penalty)
+        _real("frequency_penalty", self.frequency_penalty)
+        _check_bias(self.logit_bias, n_vocab)
+        if self.seed is not None:
+            _integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)
+
+    @property
+    def penalizes(self):
+        return (self.repeat_last_n != 0 and (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0
+                                             or self.frequency_penalty != 0.0))
+
+
+class Sampler:
+    """Draws token ids for one sequence; owns its numpy Generator, so one seed gives one sequence."""
+
+    def __init__(self, params, n_vocab):
+        _integer("n_vocab", n_vocab, low=1)
+        params.validate(n_vocab)
+        self.params = params
+        self.n_vocab = n_vocab
+        self.rng = np.random.default_rng(params.seed)
+        self._bias_ids = np.fromiter(params.logit_bias.keys(), np.int64, len(params.logit_bias))  # [n_bias]
+        self._bias = np.fromiter(params.logit_bias.values(), np.float32, len(params.logit_bias))  # [n_bias]
+
+    def sample(self, logits, history=()):
+        """One token id from `logits` (float32 [n_vocab]) given the ids generated or prompted so far."""
+        assert logits.shape == (self.n_vocab,), logits.shape
+        logits = self.adjust(logits, history)  # [n_vocab]
+        top = float(logits.max())
+        if not math.isfinite(top):
+            raise EngineError(f"no token can be sampled: the best logit is {top} after bias and penalties")
+        if self.params.temperature == 0.0:
+            return int(np.argmax(logits))
+        ids, kept = self.candidates(logits, top)  # [m], [m]
+        return self._draw(ids, kept, top)
+
+    def adjust(self, logits, history):
+        """Logit bias then repetition penalties (llama.cpp's chain order); never writes the caller's array."""
+        if not self._bias_ids.size and not self.params.penalizes:
+            return logits
+        out = np.array(logits, dtype=np.float32)  # [n_vocab]
+        if self._bias_ids.size:
+            out[self._bias_ids] += self._bias
+        if self.params.penalizes:
+            self._penalize(out, history)
+        return out
+
+    def _penalize(self, out, history):
+        """llama.cpp: a seen token's logit is divided (if > 0) or multiplied (if <= 0) by repeat_penalty,
+        then lowered by count * frequency_penalty + presence_penalty."""
+        p = self.params
+        window = history if p.repeat_last_n == -1 else history[-p.repeat_last_n:]
+        if len(window) == 0:
+            return
+        tokens, counts = np.unique(np.asarray(window, np.int64), return_counts=True)  # [u], [u]
+        inside = (tokens >= 0) & (tokens < self.n_vocab)  # [u]
+        tokens, counts = tokens[inside], counts[inside].astype(np.float32)  # [u], [u]
+        seen = out[tokens]  # [u]
+        rp = np.float32(p.repeat_penalty)
+        seen = np.where(seen <= 0, seen * rp, seen / rp)  # [u]
+        seen -= counts * np.float32(p.frequency_penalty) + np.float32(p.presence_penalty)
+        out[tokens] = seen
+
+    def candidates(self, logits, top):
+        """Ids (and logits) surviving top_k, then top_p, then min_p.
+
+        top_p's mass is measured over the top_k pool, as llama.cpp renormalizes after each filter; min_p
+        compares logits with the maximum, which no filter removes, so it can run before top_p's sort.
+        """
+        p, n = self.params, self.n_vocab
+        ids = _best_sorted(logits, p.top_k) if 0 < p.top_k < n else None  # [k], None meaning all n
+        pool = logits if ids is None else logits[ids]  # [k]
+        mass = float(np.exp(pool - np.float32(top)).sum(dtype=np.float64)) if p.top_p < 1.0 else 1.0
+        if p.min_p > 0.0:
+            keep = np.flatnonzero(pool >= np.float32(top + math.log(p.min_p)))  # [m]
+            ids, pool = (keep if ids is None else ids[keep]), pool[keep]  # [m], [m]
+        if ids is None:
+            ids = np.arange(n)  # [n]
+        if p.top_p < 1.0:
+            ids, pool = _nucleus(ids, pool, top, mass, p.top_p)  # [m], [m]
+        return ids, pool
+
+    def _draw(self, ids, kept, top):
+        """Temperature last, then one draw from the renormalized survivors."""
+        weights = np.exp((kept - np.float32(top)) / np.float32(self.params.temperature))  # [m]
+        cumulative = np.cumsum(weights, dtype=np.float64)  # [m]
+        pick = np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right")
+        return int(ids[min(pick, ids.size - 1)])
+
+
+def _nucleus(ids, pool, top, mass, top_p):
+    """The smallest best-first prefix whose probability (over `mass`) reaches top_p; at least one token."""
+    width = min(_FIRST_SORT, ids.size)
+    while True:
+        best = _best_sorted(pool, width)  # [w]
+        cumulative = np.cumsum(np.exp(pool[best] - np.float32(top)), dtype=np.float64) / mass  # [w]
+        if cumulative[-1] >= top_p or width == ids.size:
+            break
+        width = min(width * 4, ids.size)
+    cut = min(int(np.searchsorted(cumulative, top_p, side="left")) + 1, width)
+    return ids[best[:cut]], pool[best[:cut]]
+
+
+def _best_sorted(values, width):
+    """Indices of the `width` largest values, largest first.
+
+    The smallest of `width` disjoint chunk maxima is at most the width-th largest value, so one cheap
+    comparison shrinks the array that argpartition has to select from.
+    """
+    n = values.size
+    if width >= n:
+        part = np.arange(n)  # [n]
+    else:
+        chunk_max = values[: n // width * width].reshape(width, -1).max(axis=1)  # [width]
+        part = np.flatnonzero(values >= chunk_max.min())  # [s], s >= width
+        if part.size > width:
+            part = part[np.argpartition(values[part], part.size - width)[part.size - width:]]  # [width]
+    return part[np.argsort(-values[part], kind="stable")]  # [width]
+
+
+def _real(name, value, low=None, high=None, low_open=False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise InvalidParameter(f"{name} must be a finite number, got {value!r}", name)
+    if low is not None and (value < low or (low_open and value == low)):
+        raise InvalidParameter(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}", name)
+    if high is not None and value > high:
+        raise InvalidParameter(f"{name} must be <= {high}, got {value!r}", name)
+
+
+def _integer(name, value, low=None, high=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidParameter(f"{name} must be an integer, got {value!r}", name)
+    if low is not None and value < low:
+        raise InvalidParameter(f"{name} must be >= {low}, got {value!r}", name)
+    if high is not None and value > high:
+        raise InvalidParameter(f"{name} must be <= {high}, got {value!r}", name)
+
+
+def _check_bias(bias, n_vocab):
+    for token, value in bias.items():
+        try:
+            token = operator.index(token)
+        except TypeError:
+            raise InvalidParameter(f"logit_bias keys must be token ids, got {token!r}", "logit_bias") from None
+        if token < 0 or (n_vocab is not None and token >= n_vocab):
+            raise InvalidParameter(f"logit_bias token id {token} is outside [0, {n_vocab})", "logit_bias")
+        bad = isinstance(value, bool) or not isinstance(value, numbers.Real)
+        if bad or math.isnan(value) or value == math.inf:
+            raise InvalidParameter(f"logit_bias[{token}] must be a number or -inf, got {value!r}", "logit_bias")

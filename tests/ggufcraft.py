@@ -1,0 +1,45 @@
+"""Write modified copies of GGUF files for tests: drop or change keys and tensors."""
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+
+def _copy_field(writer, key, field):
+    vtype = field.types[0]
+    value = field.contents()
+    if vtype == GGUFValueType.ARRAY:
+        writer.add_array(key, value)
+    elif vtype == GGUFValueType.STRING:
+        writer.add_string(key, value)
+    else:
+        writer.add_key_value(key, value, vtype)
+
+
+def rewrite(src, dst, drop_keys=(), set_keys=None, drop_tensors=(), tensor_arrays=None):
+    """Copy F32/F16 model `src` to `dst` minus `drop_*`, with `set_keys` {key: (value, GGUFValueType)}
+    and `tensor_arrays` {name: float32 array} replacing or adding tensors."""
+    r = GGUFReader(str(src))
+    set_keys = dict(set_keys or {})
+    arch = set_keys.pop("general.architecture", (r.fields["general.architecture"].contents(), None))[0]
+    w = GGUFWriter(str(dst), arch)
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture" or key in drop_keys:
+            continue
+        if key in set_keys:
+            continue
+        _copy_field(w, key, field)
+    for key, (value, vtype) in set_keys.items():
+        w.add_key_value(key, value, vtype)
+    arrays = dict(tensor_arrays or {})
+    for t in r.tensors:
+        if t.name in drop_tensors:
+            continue
+        data = arrays.pop(t.name, None)
+        w.add_tensor(t.name, np.array(t.data) if data is None else data)
+    for name, data in arrays.items():
+        w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst

@@ -1,0 +1,47 @@
+"""Logits of every golden model against llama.cpp's, at every position (../shared/golden)."""
+
+import json
+
+import numpy as np
+import pytest
+
+import pantheon
+from tests.conftest import SHARED, shared_path
+
+GOLDEN = sorted(p.stem for p in (SHARED / "golden").glob("*.gguf")) or ["(absent)"]
+
+
+def tolerance(name, spec):
+    """The normalized squared error bound the golden README states for this model."""
+    if "experts=" in spec:
+        return 5e-3
+    return {"llama-f32": 1e-5, "llama-f16": 1e-5, "llama-bf16": 1e-4}.get(name, 1e-3)
+
+
+@pytest.mark.parametrize("name", GOLDEN)
+def test_logits_match_llama_cpp(name):
+    path = shared_path("golden", f"{name}.gguf")
+    ref = np.load(path.with_suffix(".npz"))
+    spec = json.loads(path.with_suffix(".json").read_text())["spec"]
+    model = pantheon.open_model(str(path), threads=2)
+    ours = model.logits(ref["tokens"].tolist())
+    want = ref["logits"].astype(np.float32)
+    assert ours.shape == want.shape and ours.dtype == np.float32
+    err = float(((ours - want) ** 2).sum() / (want ** 2).sum())
+    assert err <= tolerance(name, spec), f"{name}: normalized error {err:.3g}"
+    clear = ref["margins"] >= 3.0
+    assert (ours.argmax(-1)[clear] == want.argmax(-1)[clear]).all(), f"{name}: argmax differs"
+
+
+def test_greedy_continuation_matches_llama_cpp():
+    path = shared_path("golden", "llama-q8_0.gguf")
+    ref = np.load(path.with_suffix(".npz"))
+    model = pantheon.open_model(str(path), threads=1)
+    cache = model.new_cache(64)
+    tokens = ref["tokens"][: int(ref["n_prompt"])].tolist()
+    logits = model.forward([(cache, tokens)])[0]
+    out = []
+    for _ in range(8):
+        out.append(int(logits[-1].argmax()))
+        logits = model.forward([(cache, [out[-1]])])[0]
+    assert out == ref["greedy"][:8].tolist()
