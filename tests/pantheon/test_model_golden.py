@@ -34,7 +34,8 @@ def test_logits_match_llama_cpp(name):
 
 
 def test_greedy_continuation_matches_llama_cpp():
-    path = shared_path("golden", "llama-q8_0.gguf")
+    # Chosen because every margin on its greedy path is above 1.0 (no near-ties to flip).
+    path = shared_path("golden", "qwen2-q8_0.gguf")
     ref = np.load(path.with_suffix(".npz"))
     model = pantheon.open_model(str(path), threads=1)
     cache = model.new_cache(64)
