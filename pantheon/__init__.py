@@ -5,11 +5,11 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "open_model", "open_tokenizer"]
 
 
-def open_model(path, threads=None):
+def open_model(path, threads=None, quantize=False):
     """Open a GGUF model zero-copy; see docs/python-api.md."""
     from pantheon.model import open_model as _open_model
 
-    return _open_model(path, threads=threads)
+    return _open_model(path, threads=threads, quantize=quantize)
 
 
 def open_tokenizer(path):

@@ -12,6 +12,7 @@ from pantheon.kvcache import KVCache
 from pantheon.model_weights import bind_weights
 from pantheon.moe import moe_ffn
 from pantheon.ops import Rope, rms_norm, silu
+from pantheon.quantize import quantize_weights
 from pantheon.threads import ThreadBudget
 
 
@@ -126,9 +127,14 @@ def default_threads():
     return len(os.sched_getaffinity(0))
 
 
-def open_model(path, threads=None):
-    """Open a GGUF model zero-copy: typed GGUFError subclasses on anything malformed."""
+def open_model(path, threads=None, quantize=False):
+    """Open a GGUF model zero-copy: typed GGUFError subclasses on anything malformed.
+
+    quantize=True converts float (F32/F16/BF16) matrices to Q8_0 in memory: no longer zero-copy,
+    but half of F16's memory traffic per token."""
     gguf = open_gguf(path)
     config = config_from_metadata(gguf.metadata)
     weights = bind_weights(gguf.tensors, config)
+    if quantize:
+        weights = quantize_weights(weights)
     return Model(gguf, config, weights, threads or default_threads())

@@ -1,0 +1,13 @@
+"""Shared-memory transport between processes: segments, SPSC rings, doorbells, frames."""
+
+from ipc.channel import Channel, Receiver, Sender
+from ipc.errors import (FrameError, IpcError, LayoutError, MessageTooLarge, RingFull,
+                        SegmentError, ShmFull)
+from ipc.frames import Kind, Message
+from ipc.segment import Segment, owned_entries, reap_orphans
+
+__all__ = [
+    "Channel", "Sender", "Receiver", "Segment", "Kind", "Message", "owned_entries",
+    "reap_orphans", "IpcError", "SegmentError", "ShmFull", "RingFull", "FrameError",
+    "MessageTooLarge", "LayoutError",
+]
