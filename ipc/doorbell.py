@@ -24,6 +24,10 @@ class EventfdDoorbell:
         self.drop_rings = False
         self.dropped = 0
 
+    def fileno(self):
+        """The eventfd, for waiting on several doorbells in one poll (ipc.mux)."""
+        return self._fd
+
     def ring(self):
         if self.drop_rings:
             self.dropped += 1

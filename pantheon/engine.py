@@ -27,6 +27,8 @@ class Request:
     params: SamplingParams = field(default_factory=SamplingParams)
     stop_ids: frozenset = frozenset()
     session: Optional[str] = None
+    reasoning_budget: int = 0  # >0: after this many tokens inside <think>, force </think>
+    think_ids: tuple = ()  # (open, close) token ids of <think> and </think>
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,15 @@ class DoneEvent:
     message: str = ""
 
 
+def _thinking_at_end(prompt, think_ids):
+    """Whether the prompt leaves a <think> block open (templates that start the model thinking)."""
+    if len(think_ids) != 2:
+        return False
+    opened = max((i for i, t in enumerate(prompt) if t == think_ids[0]), default=-1)
+    closed = max((i for i, t in enumerate(prompt) if t == think_ids[1]), default=-1)
+    return opened > closed
+
+
 class _Sequence:
     """A running request: its cache, how far its prompt has been computed, what it has generated."""
 
@@ -53,6 +64,24 @@ class _Sequence:
         self.req, self.cache, self.cached, self.sampler = req, cache, cached, sampler
         self.pos = cached
         self.generated = []
+        self.thinking, self.think_count = _thinking_at_end(req.prompt, req.think_ids), 0
+
+    def forced_token(self):
+        """</think> once the reasoning budget is spent inside a think block, else None."""
+        budget = self.req.reasoning_budget
+        if budget and self.thinking and self.think_count >= budget:
+            return self.req.think_ids[1]
+        return None
+
+    def track(self, tok):
+        if not self.req.think_ids:
+            return
+        if tok == self.req.think_ids[0]:
+            self.thinking, self.think_count = True, 0
+        elif tok == self.req.think_ids[1]:
+            self.thinking = False
+        elif self.thinking:
+            self.think_count += 1
 
     def next_input(self, budget):
         if self.pos < len(self.req.prompt):
@@ -144,10 +173,12 @@ class Engine:
         return events
 
     def _emit(self, seq, logits):
-        history = list(seq.req.prompt) + seq.generated
-        tok = seq.sampler.sample(logits, history)
+        tok = seq.forced_token()
+        if tok is None:
+            tok = seq.sampler.sample(logits, list(seq.req.prompt) + seq.generated)
         if tok in seq.req.stop_ids:
             return [self._finish(seq, "stop")]
+        seq.track(tok)
         seq.generated.append(tok)
         events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1)]
         if len(seq.generated) >= seq.req.max_tokens or len(seq.cache) + 1 >= self.config.n_ctx:

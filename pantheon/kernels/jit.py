@@ -4,5 +4,7 @@ import numba
 
 # cache=True: compiled machine code lands in __pycache__, so a second start skips the 1-2 s per kernel.
 kernel = numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+# Dequantizers promise gguf.quants' bits: without fastmath LLVM may not fuse d*q + m into one rounding.
+exact = numba.njit(parallel=True, cache=True, nogil=True)
 inline = numba.njit(fastmath=True, cache=True, nogil=True, inline="always")
 serial = numba.njit(fastmath=True, cache=True, nogil=True)

@@ -1,13 +1,22 @@
 """Matrix products of raw-block weights with float32 activations: gemv for few rows, tiles+BLAS for many."""
 
+import numba
 import numpy as np
 
 from pantheon.kernels.registry import kernels_for
 
-# Above this many activation rows, dequantizing tiles and calling sgemm beats the raw-block kernel.
-GEMV_MAX_BATCH = 4
-# Output features dequantized per tile: the float32 tile (TILE_ROWS x cols) should stay cache-resident.
-TILE_ROWS = 256
+# Above this many activation rows, dequantizing tiles and calling sgemm beats the raw-block kernel:
+# gemv costs grow with every vector (Q4_0 2048x5632: ~1.6 ms each on one core) while the tile path
+# pays one dequantization (~12 ms) and a cheap sgemm.
+GEMV_MAX_BATCH = 8
+# Float32 bytes dequantized per tile. Large on purpose: each switch between numba's thread pool
+# (dequant) and OpenBLAS's (sgemm) costs milliseconds on 2 shared vCPUs, so one tile per matrix
+# (2048x5632 is 46 MB) measured 1.3-1.9x faster than 256..1024-row tiles; the cap bounds the
+# scratch for vocabulary-sized matrices.
+TILE_BYTES = 64 << 20
+# Threads for the dequantization ahead of sgemm: running it on numba's pool while OpenBLAS's workers
+# still spin from the previous sgemm made it slower than one thread (measured at 2 threads).
+DEQUANT_THREADS = 1
 
 
 def matmul(w, x, out=None):
@@ -19,12 +28,22 @@ def matmul(w, x, out=None):
     if n <= GEMV_MAX_BATCH:
         k.gemv(w.raw, x, out)
         return out
-    tile = np.empty((min(TILE_ROWS, w.rows), w.cols), dtype=np.float32)  # [tile, cols]
-    for r0 in range(0, w.rows, TILE_ROWS):
-        r1 = min(r0 + TILE_ROWS, w.rows)
-        k.dequant(w.raw[r0:r1], tile[: r1 - r0])
+    step = max(1, min(w.rows, TILE_BYTES // (4 * w.cols)))
+    tile = np.empty((step, w.cols), dtype=np.float32)  # [step, cols]
+    for r0 in range(0, w.rows, step):
+        r1 = min(r0 + step, w.rows)
+        _dequant_serially(k, w.raw[r0:r1], tile[: r1 - r0])
         np.matmul(x, tile[: r1 - r0].T, out=out[:, r0:r1])  # [n, r1-r0]
     return out
+
+
+def _dequant_serially(k, raw, tile):
+    threads = numba.get_num_threads()
+    numba.set_num_threads(min(threads, DEQUANT_THREADS))
+    try:
+        k.dequant(raw, tile)
+    finally:
+        numba.set_num_threads(threads)
 
 
 def dequantize_rows(w, ids):

@@ -111,3 +111,14 @@ def test_invalid_requests_change_nothing(golden):
     with pytest.raises(EngineError):
         engine.add(Request(3, (1,), max_tokens=0))
     assert not engine.has_work
+
+
+def test_reasoning_budget_forces_think_close(golden):
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    greedy = ref["greedy"].tolist()
+    open_id, close_id = prompt[-1], 17  # the prompt ends inside a "think" block opened by its last token
+    engine = Engine(model, EngineConfig(n_ctx=128))
+    engine.add(Request(1, prompt, max_tokens=6, params=GREEDY, reasoning_budget=3, think_ids=(open_id, close_id)))
+    out = tokens_of(run(engine), 1)
+    assert out[:3] == greedy[:3] and out[3] == close_id
