@@ -63,3 +63,7 @@ class InvalidParameter(EngineError):
     def __init__(self, message, field=None):
         super().__init__(message)
         self.field = field
+
+
+class UsageError(PantheonError):
+    """A command-line flag or environment variable is malformed, out of range, or names what does not exist."""

@@ -1,0 +1,400 @@
+"""Every `pantheon-serve` flag and environment variable, parsed once into frozen config objects."""
+
+import difflib
+import ipaddress
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from pantheon.errors import UsageError
+
+MAX_MODELS = 16            # the reference's MR_MAX_MODELS
+MAX_DIES_PER_MODEL = 8     # the reference's PN_MODEL_MAX_DIES
+MAX_CTX_CAP = 1 << 20
+MAX_BATCH_SLOTS = 8        # the reference's BS_MAX_USERS
+MAX_HTTP_WORKERS = 64
+MAX_SESSIONS_LIMIT = 1024
+MAX_CPU_DIES = 1024
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_HTTP_WORKERS = 2
+DEFAULT_BATCH_SLOTS = 4
+DEFAULT_CPU_DIES = 1
+DEFAULT_CTX_CAP = 4096     # what `--ctx-cap 0` resolves to
+DEFAULT_MAX_SESSIONS = 8   # what `--max-sessions 0` resolves to
+DEFAULT_DIES = ("cpu0",)
+
+BATCH_SLOTS_ENV = "QWEN35_BATCH_SLOTS"
+
+_DIGITS = re.compile(r"[0-9]{1,12}")
+_NEGATIVE = re.compile(r"-[0-9]+")
+_PRINTABLE = re.compile(r"[\x21-\x7e]{1,4096}")   # ids and secrets: printable ASCII, no spaces
+_DIE = re.compile(r"(cpu|cuda)?(0|[1-9][0-9]{0,5})")
+
+
+class HelpRequested(Exception):
+    """`-h`/`--help` was given: print `usage_text()` and exit 0. Not an error."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One `--model` slot with every default resolved to an explicit value."""
+
+    path: str
+    name: str
+    dies: tuple            # canonical die names: 'cpu0', 'cuda1'
+    ctx_cap: int           # tokens per session
+    reasoning_budget: int  # 0: unbounded
+    max_sessions: int
+    max_concurrent: int
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything `pantheon-serve` was asked to do, validated."""
+
+    models: tuple
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    http_workers: int = DEFAULT_HTTP_WORKERS
+    batch_slots: int = DEFAULT_BATCH_SLOTS
+    cpu_dies: int = DEFAULT_CPU_DIES
+    quantize: bool = False
+    api_keys: tuple = ()
+    admin_token: Optional[str] = None
+    models_dir: Optional[str] = None
+
+
+# ---- value parsers: (flag, text) -> value, raising UsageError that names the flag and the text
+
+
+def int_in(lo, hi):
+    """A parser for a whole decimal number in lo..hi (no sign, no spaces, no hex, no underscores)."""
+
+    def parse(flag, text):
+        if _NEGATIVE.fullmatch(text):
+            raise UsageError(f"{flag} {text}: must not be negative (expected {lo}..{hi})")
+        if not _DIGITS.fullmatch(text):
+            raise UsageError(f"{flag} {text!r}: expected a whole number in {lo}..{hi}")
+        value = int(text, 10)
+        if not lo <= value <= hi:
+            raise UsageError(f"{flag} {text}: out of range {lo}..{hi}")
+        return value
+
+    return parse
+
+
+def parse_host(flag, text):
+    """An IPv4/IPv6 literal (brackets around IPv6 allowed) or 'localhost'."""
+    if text == "localhost":
+        return text
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: not an IPv4/IPv6 address literal or 'localhost'") from None
+    return bare
+
+
+def parse_id(flag, text):
+    """A served model id: 1-4096 printable ASCII characters, no spaces."""
+    if not _PRINTABLE.fullmatch(text):
+        raise UsageError(f"{flag} {text!r}: a model id is printable ASCII without spaces, not empty")
+    return text
+
+
+def parse_path(flag, text):
+    if not text or "\0" in text:
+        raise UsageError(f"{flag} {text!r}: expected a file path")
+    return text
+
+
+def parse_dir(flag, text):
+    if not os.path.isdir(parse_path(flag, text)):
+        raise UsageError(f"{flag} {text!r}: not a directory")
+    return text
+
+
+def parse_secret(flag, text):
+    """A key or token; the message never echoes it."""
+    if not _PRINTABLE.fullmatch(text):
+        raise UsageError(f"{flag}: a key is 1-4096 printable ASCII characters without spaces (value not shown)")
+    return text
+
+
+def parse_dies(flag, text):
+    """'0,1' / 'cuda0' / 'cpu1' -> canonical names ('cuda0', 'cuda1', 'cpu1'); plain numbers are CUDA."""
+    tokens = [t.strip() for t in text.split(",")]
+    names = tuple(_die_name(flag, text, t) for t in tokens)
+    if len(set(names)) != len(names):
+        raise UsageError(f"{flag} {text!r}: a die is named twice")
+    if len(names) > MAX_DIES_PER_MODEL:
+        raise UsageError(f"{flag} {text!r}: at most {MAX_DIES_PER_MODEL} dies per model, got {len(names)}")
+    if len({n.startswith("cpu") for n in names}) > 1:
+        raise UsageError(f"{flag} {text!r}: a model runs on CPU dies or on CUDA dies, not both")
+    return names
+
+
+def _die_name(flag, text, token):
+    m = _DIE.fullmatch(token)
+    if m is None:
+        what = "an empty entry" if not token else f"{token!r} is not a die"
+        raise UsageError(f"{flag} {text!r}: {what} (write cpuN for a CPU die, N or cudaN for a CUDA die)")
+    return f"{m[1] or 'cuda'}{int(m[2])}"
+
+
+def read_key_file(flag, path):
+    """API keys, one a line; blank lines and lines starting with '#' are skipped."""
+    try:
+        with open(parse_path(flag, path), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{flag} {path!r}: cannot read: {e}") from None
+    keys = [_file_key(flag, path, n, line.strip()) for n, line in enumerate(lines, 1)]
+    keys = [k for k in keys if k]
+    if not keys:
+        raise UsageError(f"{flag} {path!r}: no keys in the file")
+    return keys
+
+
+def _file_key(flag, path, lineno, line):
+    if not line or line.startswith("#"):
+        return None
+    return parse_secret(f"{flag} {path!r} line {lineno}", line)
+
+
+# ---- the flag table: one row per flag; usage_text() and the docs test read it
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    scope: str                   # 'global' or 'model' (binds to the most recent --model)
+    metavar: Optional[str]       # None: a switch that takes no value
+    parse: Optional[Callable]
+    default: str
+    help: str
+    aliases: tuple = ()
+
+
+FLAGS = (
+    Flag("--model", "global", "PATH", parse_path, "bundled demo model",
+         f"GGUF model to serve; repeatable, each starts a new model slot (at most {MAX_MODELS})"),
+    Flag("--name", "model", "ID", parse_id, "basename of PATH", "served model id (the request's `model` field)"),
+    Flag("--dies", "model", "A[,B...]", parse_dies, "cpu0",
+         f"dies to run on: cpuN, or N / cudaN for CUDA ordinals (at most {MAX_DIES_PER_MODEL})"),
+    Flag("--ctx-cap", "model", "N", int_in(0, MAX_CTX_CAP), f"0 = {DEFAULT_CTX_CAP}",
+         "per-session context cap in tokens; longer prompts are refused"),
+    Flag("--reasoning-budget", "model", "N", int_in(0, MAX_CTX_CAP), "0 = unbounded",
+         "force </think> after N thinking tokens"),
+    Flag("--max-sessions", "model", "N", int_in(0, MAX_SESSIONS_LIMIT), f"0 = {DEFAULT_MAX_SESSIONS}",
+         "cap on live prefix-cache sessions"),
+    Flag("--max-concurrent", "model", "N", int_in(0, MAX_SESSIONS_LIMIT), "0 = resolved --max-sessions",
+         "cap on requests generating at once; the rest queue"),
+    Flag("--host", "global", "ADDR", parse_host, DEFAULT_HOST, "bind address: IPv4/IPv6 literal or localhost"),
+    Flag("--port", "global", "N", int_in(1, 65535), str(DEFAULT_PORT), "TCP port"),
+    Flag("--served-name", "global", "ID", parse_id, "unset", "model 0's id when it has no --name"),
+    Flag("--quantize", "global", None, None, "off", "Q8_0-quantize weights at load"),
+    Flag("--http-workers", "global", "N", int_in(1, MAX_HTTP_WORKERS), str(DEFAULT_HTTP_WORKERS),
+         "HTTP front processes"),
+    Flag("--batch-slots", "global", "N", int_in(1, MAX_BATCH_SLOTS), str(DEFAULT_BATCH_SLOTS),
+         f"sequences decoded together per model (overrides {BATCH_SLOTS_ENV})"),
+    Flag("--cpu-dies", "global", "N", int_in(1, MAX_CPU_DIES), str(DEFAULT_CPU_DIES),
+         "split this process's cores into N CPU dies cpu0..cpuN-1"),
+    Flag("--api-key", "global", "KEY", parse_secret, "none", "accepted bearer key; repeatable"),
+    Flag("--api-key-file", "global", "PATH", read_key_file, "none", "file of keys, one a line, '#' comments"),
+    Flag("--admin-token", "global", "TOKEN", parse_secret, "none", "bearer token for admin routes"),
+    Flag("--models-dir", "global", "DIR", parse_dir, "none", "directory of models that may be loaded"),
+    Flag("--config", "global", "PATH", None, "unset", "safetensors config.json: not supported yet"),
+    Flag("--vocab", "global", "PATH", None, "unset", "RWKV World vocabulary: not supported yet"),
+    Flag("--help", "global", None, None, "", "print this help and exit", aliases=("-h",)),
+)
+
+_BY_NAME = {n: f for f in FLAGS for n in (f.name, *f.aliases)}
+
+
+# ---- the argv walker
+
+
+@dataclass
+class _Draft:
+    models: list = field(default_factory=list)   # one dict per --model: flag name -> parsed value
+    opts: dict = field(default_factory=dict)     # global flag name -> parsed value
+    api_keys: list = field(default_factory=list)
+
+
+def parse_serve_args(argv, environ=os.environ):
+    """ServeConfig from `pantheon-serve` arguments (without the program name).
+
+    Raises UsageError naming the offending flag, HelpRequested for -h/--help. Without --model the
+    bundled demo model is served. --batch-slots wins over QWEN35_BATCH_SLOTS, which is then not read.
+    """
+    draft, tokens, i = _Draft(), list(argv), 0
+    while i < len(tokens):
+        flag, value, i = _next_option(tokens, i)
+        _apply(draft, flag, value)
+    return _finish(draft, environ)
+
+
+def _next_option(tokens, i):
+    """(flag, value or None, index of the next token); accepts `--flag value` and `--flag=value`."""
+    token = tokens[i]
+    name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+    flag = _lookup(name, token)
+    if flag.metavar is None:
+        if eq:
+            raise UsageError(f"{flag.name} takes no value, got {token!r}")
+        return flag, None, i + 1
+    if eq:
+        return flag, inline, i + 1
+    if i + 1 >= len(tokens):
+        raise UsageError(f"{name}: missing value {flag.metavar}")
+    if tokens[i + 1].startswith("--"):
+        raise UsageError(f"{name}: missing value {flag.metavar} (got flag {tokens[i + 1]!r})")
+    return flag, tokens[i + 1], i + 2
+
+
+def _lookup(name, token):
+    if not token.startswith("-") or token == "-":
+        raise UsageError(f"unexpected argument {token!r} (model paths follow --model)")
+    flag = _BY_NAME.get(name)
+    if flag is None:
+        near = difflib.get_close_matches(name, list(_BY_NAME), n=1)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise UsageError(f"unknown flag {name!r}{hint}")
+    return flag
+
+
+def _apply(draft, flag, value):
+    special = _SPECIAL.get(flag.name)
+    if special is not None:
+        special(draft, flag, value)
+        return
+    target = _current_model(draft, flag) if flag.scope == "model" else draft.opts
+    if flag.name in target:
+        raise UsageError(f"{flag.name} given twice{_for_model(draft, flag)}")
+    target[flag.name] = True if flag.metavar is None else flag.parse(flag.name, value)
+
+
+def _current_model(draft, flag):
+    if not draft.models:
+        raise UsageError(f"{flag.name} before any --model: per-model flags bind to the most recent --model")
+    return draft.models[-1]
+
+
+def _for_model(draft, flag):
+    return f" for --model {draft.models[-1]['--model']}" if flag.scope == "model" else ""
+
+
+def _add_model(draft, flag, value):
+    if len(draft.models) == MAX_MODELS:
+        raise UsageError(f"--model {value}: at most {MAX_MODELS} models")
+    draft.models.append({"--model": flag.parse(flag.name, value)})
+
+
+def _add_key(draft, flag, value):
+    draft.api_keys.append(flag.parse(flag.name, value))
+
+
+def _add_key_file(draft, flag, value):
+    draft.api_keys.extend(flag.parse(flag.name, value))
+
+
+def _refuse(draft, flag, value):
+    raise UsageError(f"{flag.name}: not supported yet ({flag.help.split(':')[0]}); serve a GGUF model")
+
+
+def _help(draft, flag, value):
+    raise HelpRequested()
+
+
+_SPECIAL = {"--model": _add_model, "--api-key": _add_key, "--api-key-file": _add_key_file,
+            "--config": _refuse, "--vocab": _refuse, "--help": _help}
+
+
+# ---- resolution into frozen objects
+
+
+def _finish(draft, environ):
+    opts = draft.opts
+    models = draft.models or [{"--model": _demo_path()}]
+    served = opts.get("--served-name")
+    specs = tuple(_model_spec(m, served if i == 0 else None) for i, m in enumerate(models))
+    return ServeConfig(
+        models=specs, host=opts.get("--host", DEFAULT_HOST), port=opts.get("--port", DEFAULT_PORT),
+        http_workers=opts.get("--http-workers", DEFAULT_HTTP_WORKERS),
+        batch_slots=opts.get("--batch-slots") or batch_slots_from_env(environ),
+        cpu_dies=opts.get("--cpu-dies", DEFAULT_CPU_DIES), quantize=opts.get("--quantize", False),
+        api_keys=tuple(dict.fromkeys(draft.api_keys)), admin_token=opts.get("--admin-token"),
+        models_dir=opts.get("--models-dir"))
+
+
+def _demo_path():
+    from pantheon.demo import demo_model_path
+
+    return str(demo_model_path())
+
+
+def _model_spec(m, served_name):
+    path = m["--model"]
+    sessions = m.get("--max-sessions") or DEFAULT_MAX_SESSIONS
+    return ModelSpec(path=path, name=m.get("--name") or served_name or _basename(path),
+                     dies=m.get("--dies", DEFAULT_DIES), ctx_cap=m.get("--ctx-cap") or DEFAULT_CTX_CAP,
+                     reasoning_budget=m.get("--reasoning-budget", 0), max_sessions=sessions,
+                     max_concurrent=m.get("--max-concurrent") or sessions)
+
+
+def _basename(path):
+    name = os.path.basename(path.rstrip("/"))
+    if not name:
+        raise UsageError(f"--model {path!r}: no file name to serve it under; give --name")
+    return parse_id("--name (from the --model file name)", name)
+
+
+# ---- environment: the only reads of os.environ in Pantheon
+
+
+def batch_slots_from_env(environ=os.environ):
+    """QWEN35_BATCH_SLOTS as a number 1..8 (surrounding spaces ignored); unset or empty: the default."""
+    raw = environ.get(BATCH_SLOTS_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_BATCH_SLOTS
+    return int_in(1, MAX_BATCH_SLOTS)(BATCH_SLOTS_ENV, raw.strip())
+
+
+def cuda_visible_devices(environ=os.environ):
+    """The raw CUDA_VISIBLE_DEVICES string, or None when unset (every device visible)."""
+    return environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def cuda_device_order(environ=os.environ):
+    """CUDA_DEVICE_ORDER ('FASTEST_FIRST' when unset, as the CUDA runtime assumes)."""
+    return environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+
+
+# ---- help
+
+
+def usage_text():
+    """The -h text, generated from FLAGS."""
+    lines = ["usage: pantheon-serve [--model PATH [per-model flags]]... [global flags]", "",
+             "Per-model flags bind to the most recent --model:"]
+    lines += [_usage_row(f) for f in FLAGS if f.scope == "model"]
+    lines += ["", "Global flags:"]
+    lines += [_usage_row(f) for f in FLAGS if f.scope == "global"]
+    lines += ["", "Environment:",
+              f"  {BATCH_SLOTS_ENV}=N  alias of --batch-slots (a number 1..{MAX_BATCH_SLOTS}); the flag wins",
+              "  CUDA_VISIBLE_DEVICES  CUDA die numbers count the devices it leaves visible"]
+    return "\n".join(lines) + "\n"
+
+
+def _usage_row(f):
+    names = ", ".join((*f.aliases, f.name))
+    left = f"  {names} {f.metavar}" if f.metavar else f"  {names}"
+    row = f"{left:<30} {f.help}"
+    if not f.default:
+        return row
+    default = f"[default: {f.default}]"
+    return f"{row} {default}" if len(row) + len(default) < 100 else f"{row}\n{'':<31}{default}"

@@ -1,0 +1,177 @@
+"""The supervisor's dispatcher: forwards each request to the least-busy live replica, queues the surplus."""
+
+import math
+import queue
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from ipc import Kind
+from ipc.messages import encode_error
+from ipc.mux import Mux
+from pantheon.routing import SessionMap, pick_replica
+from workers import protocol
+from workers.tables import DIE_UP, SLOT_LOADED
+
+ACK = b"\x01"
+
+
+@dataclass
+class Pending:
+    rid: int
+    slot: int
+    front: int
+    session: int
+    body: bytes
+    die: int = -1
+    started: float = 0.0
+
+
+class Dispatcher:
+    """Owns the front->supervisor and die->supervisor rings; one thread runs `run_once` in a loop."""
+
+    def __init__(self, layout, queue_factor=1.0):
+        self.layout, self.tables = layout, layout.tables
+        self.queue_factor = queue_factor
+        self.from_fronts = [c.receiver() for c in layout.to_sup]
+        self.from_dies = [c.receiver() for c in layout.die_to_sup]
+        self.mux = Mux(self.from_fronts + self.from_dies)
+        self.to_front = [c.sender() for c in layout.from_sup]
+        self.to_die = [c.sender() for c in layout.to_die]
+        self.load = {}  # (die, slot) -> requests in flight there
+        self.running = {}  # rid -> Pending (on a die)
+        self.queued = {}  # slot -> deque of Pending
+        self.sessions = SessionMap()
+        self.service_s = {}  # slot -> moving mean of request service time
+        self.status_notes = deque(maxlen=64)  # (die, slot, text) from workers, for the supervisor
+        self.commands = queue.SimpleQueue()  # callables from the supervisor's main thread
+
+    def run_once(self, timeout=0.05):
+        while not self.commands.empty():
+            self.commands.get()()
+        got = self.mux.receive(timeout)
+        while got is not None:
+            index, msg = got
+            if index < len(self.from_fronts):
+                self._from_front(index, msg)
+            else:
+                self._from_die(index - len(self.from_fronts), msg)
+            got = self.mux.poll()
+
+    def _from_front(self, front, msg):
+        if msg.kind == Kind.SUBMIT:
+            self._submit(front, msg)
+        elif msg.kind == Kind.CANCEL:
+            self._cancel(msg.request_id)
+
+    def _from_die(self, die, msg):
+        if msg.kind == Kind.DONE:
+            self._done(msg.request_id)
+        elif msg.kind == Kind.STATUS:
+            self.status_notes.append((die, msg.request_id, bytes(msg.payload).decode("utf-8", "replace")))
+
+    def replicas(self, slot):
+        """Dies that are up and have `slot` loaded."""
+        dies = self.tables.dies
+        return [d for d in range(self.layout.n_dies)
+                if dies[d]["state"] == DIE_UP and int(dies[d]["loaded"]) >> slot & 1]
+
+    def _submit(self, front, msg):
+        body = bytes(msg.payload)
+        try:
+            job = protocol.decode_job(body)
+        except Exception as e:
+            return self._error(front, msg.request_id, protocol.E_BAD_REQUEST, f"malformed request: {e}")
+        p = Pending(msg.request_id, job.slot, front, job.session, body)
+        if self.tables.read_slot(job.slot)["state"] != SLOT_LOADED or not self.replicas(job.slot):
+            return self._error(front, p.rid, protocol.E_UNAVAILABLE, "1")
+        if self._try_start(p):
+            return self._ack(front, p.rid)
+        queue = self.queued.setdefault(p.slot, deque())
+        if len(queue) >= self._queue_cap(p.slot):
+            return self._error(front, p.rid, protocol.E_OVERLOADED, str(self.retry_after(p.slot)))
+        queue.append(p)
+        self._ack(front, p.rid)
+
+    def _max_concurrent(self, slot):
+        return max(1, int(self.tables.read_slot(slot)["max_concurrent"]))
+
+    def _queue_cap(self, slot):
+        return max(1, math.ceil(self.queue_factor * self._max_concurrent(slot) * len(self.replicas(slot))))
+
+    def retry_after(self, slot):
+        """Seconds until a queue place is likely free: queue depth x mean service time / parallel slots."""
+        parallel = self._max_concurrent(slot) * max(1, len(self.replicas(slot)))
+        depth = len(self.queued.get(slot, ())) + 1
+        return max(1, math.ceil(depth * self.service_s.get(slot, 1.0) / parallel))
+
+    def _try_start(self, p):
+        live = [d for d in self.replicas(p.slot) if self.load.get((d, p.slot), 0) < self._max_concurrent(p.slot)]
+        if not live:
+            return False
+        load = {d: self.load.get((d, p.slot), 0) for d in live}
+        key = (p.slot, p.session)
+        die = pick_replica(live, load, self.sessions.get(key) if p.session else None)
+        if p.session:
+            self.sessions.put(key, die)
+        p.die, p.started = die, time.monotonic()
+        self.load[(die, p.slot)] = load[die] + 1
+        self.running[p.rid] = p
+        self.to_die[die].send(Kind.SUBMIT, p.rid, 0, p.body, timeout=5.0)
+        return True
+
+    def _cancel(self, rid):
+        p = self.running.get(rid)
+        if p is not None:
+            self.to_die[p.die].send(Kind.CANCEL, rid, 0, timeout=5.0)
+            return
+        for slot, queue in self.queued.items():
+            for q in list(queue):
+                if q.rid == rid:
+                    queue.remove(q)
+                    self._error(q.front, rid, protocol.E_BAD_REQUEST, "cancelled while queued")
+
+    def _done(self, rid):
+        p = self.running.pop(rid, None)
+        if p is None:
+            return
+        self.load[(p.die, p.slot)] -= 1
+        took = time.monotonic() - p.started
+        self.service_s[p.slot] = 0.8 * self.service_s.get(p.slot, took) + 0.2 * took
+        queue = self.queued.get(p.slot)
+        while queue and self._try_start(queue[0]):
+            queue.popleft()
+
+    def _ack(self, front, rid):
+        self.to_front[front].send(Kind.STATUS, rid, 0, ACK, timeout=5.0)
+
+    def _error(self, front, rid, code, detail):
+        self.to_front[front].send(Kind.ERROR, rid, 0, encode_error(code, detail.encode()), timeout=5.0)
+
+    def fail_die(self, die, detail):
+        """Die `die` is gone: end its requests with E_WORKER_DIED, drop what it had not read, forget its caches."""
+        for rid, p in list(self.running.items()):
+            if p.die == die:
+                del self.running[rid]
+                self._error(p.front, rid, protocol.E_WORKER_DIED, detail)
+        for key in [k for k in self.load if k[0] == die]:
+            self.load[key] = 0
+        self.layout.to_die[die].bump_generation()
+        self.to_die[die] = self.layout.to_die[die].sender()
+        self.sessions.forget_die(die)
+
+    def fail_front(self, front):
+        """Front `front` is gone: nobody reads its streams, so stop generating them."""
+        for rid, p in list(self.running.items()):
+            if p.front == front:
+                self.to_die[p.die].send(Kind.CANCEL, rid, 0, timeout=5.0)
+        for queue_ in self.queued.values():
+            for q in [q for q in queue_ if q.front == front]:
+                queue_.remove(q)
+        self.to_front[front] = self.layout.from_sup[front].sender()
+
+    def in_flight(self, die):
+        return sum(n for (d, _), n in self.load.items() if d == die)
+
+    def queue_depth(self):
+        return sum(len(q) for q in self.queued.values())

@@ -1,0 +1,37 @@
+"""An HTTP front process: waitress + the Falcon app on the inherited listening socket, over RingBackend."""
+
+import os
+import signal
+import threading
+import time
+
+from pantheon.http.app import create_app
+from pantheon.metrics import Recorder
+from workers.ring_backend import RingBackend
+
+THREADS = 16
+DRAIN_S = 10.0
+
+
+def front_main(layout, f, sock, config):
+    from waitress.server import create_server
+
+    backend = RingBackend(layout, f)
+    backend.start()
+    recorder = Recorder(layout.metrics, layout.metrics_rows, row=f)
+    app = create_app(backend, api_keys=config.api_keys, metrics=recorder)
+    # channel_request_lookahead > 0 makes waitress expose environ["waitress.client_disconnected"].
+    server = create_server(app, sockets=[sock], threads=THREADS, channel_request_lookahead=5,
+                           ident="pantheon", send_bytes=1, clear_untrusted_proxy_headers=True)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=_drain, args=(backend,), daemon=True).start())
+    server.run()
+    return 0
+
+
+def _drain(backend):
+    """Refuse new generations, let running streams finish within the grace period, then exit."""
+    backend.draining = True
+    deadline = time.monotonic() + DRAIN_S
+    while backend.active() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(0)

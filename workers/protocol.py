@@ -1,0 +1,101 @@
+"""What Pantheon's processes say to each other over the rings: request records and their codes."""
+
+import array
+import struct
+from dataclasses import dataclass
+
+from ipc import messages
+from ipc.errors import FrameError
+from pantheon.sampler import SamplingParams
+
+# SUBMIT's routing record after the sampling struct and prompt ids.
+_ROUTE = struct.Struct("<HHQIIIHH")
+_BIAS = struct.Struct("<If")
+_DONE = struct.Struct("<BxxxIII")
+FLAG_RANDOM_SEED = 1
+FRONT_SHIFT = 48
+
+REASONS = ("stop", "length", "abort")
+
+# ERROR codes (ipc ERROR frames, detail is UTF-8 text or a number as text).
+E_WORKER_DIED = 1
+E_OVERLOADED = 2
+E_UNAVAILABLE = 3
+E_UNKNOWN_MODEL = 4
+E_BAD_REQUEST = 5
+E_INTERNAL = 6
+
+# Worker exit codes: a worker that cannot boot its model says so instead of crash-looping.
+EXIT_OK = 0
+EXIT_BAD_MODEL = 3
+EXIT_OUT_OF_MEMORY = 4
+
+
+def request_id(front, counter):
+    """Request ids carry their front's index so a worker knows which ring answers it."""
+    return (front << FRONT_SHIFT) | (counter & ((1 << FRONT_SHIFT) - 1))
+
+
+def front_of(rid):
+    return rid >> FRONT_SHIFT
+
+
+@dataclass(frozen=True)
+class Job:
+    """A generation as it travels front -> supervisor -> die: token ids, never text."""
+
+    slot: int
+    front: int
+    prompt: tuple
+    max_tokens: int
+    params: SamplingParams
+    stop_ids: tuple = ()
+    session: int = 0  # 64-bit hash of the session id; 0 = none
+    reasoning_budget: int = 0
+    think_ids: tuple = (0, 0)
+
+
+def encode_job(job):
+    p = job.params
+    sampling = messages.Sampling(job.max_tokens, p.top_k, p.temperature, p.top_p, p.min_p, p.repeat_penalty,
+                                 p.presence_penalty, p.frequency_penalty, p.seed or 0,
+                                 FLAG_RANDOM_SEED if p.seed is None else 0)
+    bias = sorted(p.logit_bias.items())
+    route = _ROUTE.pack(job.slot, job.front, job.session, job.reasoning_budget, *job.think_ids,
+                        len(job.stop_ids), len(bias))
+    extra = b"".join((route, array.array("I", job.stop_ids).tobytes(),
+                      b"".join(_BIAS.pack(int(k), float(v)) for k, v in bias)))
+    return messages.encode_submit(sampling, job.prompt, extra)
+
+
+def decode_job(body):
+    sub = messages.decode_submit(body)
+    extra = sub.extra
+    if len(extra) < _ROUTE.size:
+        raise FrameError(f"SUBMIT routing record of {len(extra)} bytes < {_ROUTE.size}")
+    slot, front, session, budget, t_open, t_close, n_stop, n_bias = _ROUTE.unpack_from(extra)
+    end_stop = _ROUTE.size + 4 * n_stop
+    if end_stop + _BIAS.size * n_bias != len(extra):
+        raise FrameError(f"SUBMIT routing record of {len(extra)} bytes does not hold {n_stop} stops, {n_bias} biases")
+    stops = array.array("I", extra[_ROUTE.size:end_stop])
+    bias = {i: b for i, b in _BIAS.iter_unpack(extra[end_stop:])}
+    s = sub.sampling
+    params = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+                            repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
+                            frequency_penalty=s.frequency_penalty, logit_bias=bias,
+                            seed=None if s.flags & FLAG_RANDOM_SEED else s.seed)
+    return Job(slot, front, tuple(sub.prompt), s.max_tokens, params, tuple(stops), session, budget,
+               (t_open, t_close))
+
+
+def encode_done(reason, prompt_tokens, cached_tokens, completion_tokens):
+    return _DONE.pack(REASONS.index(reason), prompt_tokens, cached_tokens, completion_tokens)
+
+
+def decode_done(body):
+    if len(body) != _DONE.size:
+        raise FrameError(f"DONE body of {len(body)} bytes, expected {_DONE.size}")
+    reason, prompt, cached, completion = _DONE.unpack(body)
+    if reason >= len(REASONS):
+        raise FrameError(f"DONE reason {reason} unknown")
+    return REASONS[reason], prompt, cached, completion

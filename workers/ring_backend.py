@@ -1,0 +1,197 @@
+"""The Backend the HTTP app uses inside a front process: requests out over rings, tokens back over rings."""
+
+import hashlib
+import itertools
+import queue
+import threading
+
+from ipc import Kind
+from ipc.messages import decode_error
+from ipc.mux import Mux
+from pantheon.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, ServedModel, Tokens,
+                                   Unavailable, UnknownModel)
+from workers import protocol
+from workers.worker import context_size
+from workers.tables import DIE_UP, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
+
+ACK_TIMEOUT_S = 30.0
+
+
+def session_hash(session):
+    """A stable nonzero 64-bit key for a session id (the supervisor routes on it, workers key caches)."""
+    if not session:
+        return 0
+    return int.from_bytes(hashlib.blake2b(session.encode(), digest_size=8).digest(), "little") or 1
+
+
+class RingStream:
+    """Events of one request as they arrive on the front's inbound rings."""
+
+    def __init__(self, backend, rid):
+        self.backend, self.rid = backend, rid
+        self.events = queue.Queue()
+        self.next_seq = 0
+        self.cancelled = False
+        self._pending = []
+
+    def wait_accepted(self):
+        """Block until the supervisor accepted the request (or a token came first); raise its refusal."""
+        try:
+            msg = self.events.get(timeout=ACK_TIMEOUT_S)
+        except queue.Empty:
+            self.backend.forget(self.rid)
+            raise Unavailable("the supervisor did not answer in time", retry_after=1.0) from None
+        if msg.kind == Kind.ERROR:
+            self.backend.forget(self.rid)
+            raise _refusal(msg)
+        if msg.kind != Kind.STATUS:
+            self._pending.append(msg)
+
+    def __iter__(self):
+        try:
+            while True:
+                msg = self._pending.pop(0) if self._pending else self.events.get()
+                if msg.kind == Kind.TOKENS:
+                    if msg.seq >= self.next_seq:
+                        self.next_seq = msg.seq + 1
+                        yield Tokens((int.from_bytes(msg.payload, "little"),), msg.seq)
+                elif msg.kind == Kind.DONE:
+                    reason, prompt, cached, completion = protocol.decode_done(bytes(msg.payload))
+                    yield Finished(reason, prompt, cached, completion)
+                    return
+                elif msg.kind == Kind.ERROR:
+                    raise _refusal(msg)
+        finally:
+            self.backend.forget(self.rid)
+
+    def cancel(self):
+        if not self.cancelled:
+            self.cancelled = True
+            self.backend.send(Kind.CANCEL, self.rid, b"")
+
+
+def _refusal(msg):
+    err = decode_error(bytes(msg.payload))
+    detail = err.detail.decode("utf-8", "replace")
+    if err.code == protocol.E_OVERLOADED:
+        return Overloaded("all replicas are busy and the queue is full", retry_after=float(detail or 1))
+    if err.code == protocol.E_UNAVAILABLE:
+        return Unavailable("no live replica of this model", retry_after=float(detail or 1))
+    if err.code == protocol.E_WORKER_DIED:
+        return GenerationFailed(f"the worker running this request died: {detail}")
+    return GenerationFailed(detail or f"request failed (code {err.code})")
+
+
+class RingBackend:
+    """One per front process; thread-safe for waitress's worker threads."""
+
+    def __init__(self, layout, front):
+        self.layout, self.front, self.tables = layout, front, layout.tables
+        self._out = layout.to_sup[front].sender()
+        self._out_lock = threading.Lock()
+        self._mux = Mux([layout.from_sup[front].receiver()]
+                        + [layout.die_to_front[d][front].receiver() for d in range(layout.n_dies)])
+        self._streams, self._lock = {}, threading.Lock()
+        self._ids = itertools.count(1)
+        self._served = {}
+        self._thread = None
+        self.draining = False
+
+    def active(self):
+        """Streams not yet finished."""
+        return len(self._streams)
+
+    def start(self):
+        self._thread = threading.Thread(target=self._pump, name="ring-pump", daemon=True)
+        self._thread.start()
+
+    def _pump(self):
+        while True:
+            got = self._mux.receive(0.5)
+            if got is None:
+                continue
+            stream = self._streams.get(got[1].request_id)
+            if stream is not None:
+                stream.events.put(got[1])
+
+    def send(self, kind, rid, payload):
+        with self._out_lock:
+            self._out.send(kind, rid, 0, payload, timeout=5.0)
+
+    def forget(self, rid):
+        with self._lock:
+            self._streams.pop(rid, None)
+
+    def _slot_of(self, name):
+        live = [(i, rec) for i, rec in self.tables.live_slots()]
+        if len(live) == 1 and (name is None or True):
+            return live[0]
+        for i, rec in live:
+            if text(rec["name"]) == name:
+                return i, rec
+        raise UnknownModel(f"model {name!r} is not served here; see GET /v1/models")
+
+    def served(self, name):
+        slot, rec = self._slot_of(name)
+        if rec["state"] == SLOT_LOADING:
+            raise Unavailable(f"model {text(rec['name'])!r} is still loading", retry_after=2.0)
+        if rec["state"] != SLOT_LOADED:
+            raise Unavailable(f"model {text(rec['name'])!r} is {SLOT_STATES[rec['state']]}", retry_after=5.0)
+        key = (slot, int(rec["version"]))
+        if key not in self._served:
+            self._served[key] = _open_served(rec)
+        return self._served[key]
+
+    def generate(self, req):
+        if self.draining:
+            raise Unavailable("the server is shutting down", retry_after=5.0)
+        slot, rec = self._slot_of(req.model)
+        rid = protocol.request_id(self.front, next(self._ids))
+        stream = RingStream(self, rid)
+        with self._lock:
+            self._streams[rid] = stream
+        served = self.served(req.model)
+        job = protocol.Job(slot, self.front, tuple(req.prompt), req.max_tokens, req.sampling, tuple(req.stop_ids),
+                           session_hash(req.session), req.reasoning_budget, served.think_ids or (0, 0))
+        self.send(Kind.SUBMIT, rid, protocol.encode_job(job))
+        stream.wait_accepted()
+        return stream
+
+    def _live_replicas(self, rec):
+        dies = self.tables.dies
+        return sum(1 for d in range(self.layout.n_dies) if int(rec["dies"]) >> d & 1
+                   and dies[d]["state"] == DIE_UP)
+
+    def models(self):
+        out = []
+        for _, rec in self.tables.live_slots():
+            out.append(ModelInfo(text(rec["name"]), SLOT_STATES[rec["state"]], self._live_replicas(rec),
+                                 int(rec["ctx_cap"]), int(rec["created"]),
+                                 {"path": text(rec["path"]), "reason": text(rec["reason"])}))
+        return out
+
+    def health(self):
+        models = self.models()
+        serving = any(m.state == "loaded" and m.replicas > 0 for m in models)
+        body = {"status": "ok" if serving else "unavailable",
+                "models": [{"name": m.name, "state": m.state, "replicas": m.replicas,
+                            **({"reason": m.details["reason"]} if m.details["reason"] else {})} for m in models]}
+        return serving, body
+
+    def metrics(self):
+        return self.layout.metrics.render(self.layout.metrics_rows)
+
+
+def _open_served(rec):
+    """Tokenizer, template and context of a slot, read from its GGUF metadata (no weights touched)."""
+    from pantheon.config import config_from_metadata
+    from pantheon.gguf_file import open_gguf
+    from pantheon.prompting import PromptBuilder
+    from pantheon.tokenizer import Tokenizer
+
+    meta = open_gguf(text(rec["path"])).metadata
+    tok = Tokenizer.from_metadata(meta)
+    n_ctx = context_size(int(rec["ctx_cap"]), config_from_metadata(meta).n_ctx_train)
+    think = tuple(tok.token_to_id.get(t) for t in ("<think>", "</think>"))
+    return ServedModel(text(rec["name"]), tok, PromptBuilder(tok, meta), n_ctx,
+                       think if None not in think else ())

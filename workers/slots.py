@@ -1,0 +1,69 @@
+"""Model slots of the instance: one per served name, its replicas' dies, its state derived from the dies."""
+
+import time
+
+from pantheon.errors import UsageError
+from workers.tables import (DIE_FAILED, DIE_UP, MAX_SLOTS, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING, text)
+
+
+class SlotBook:
+    """Built from the ServeConfig: `--model` entries sharing a `--name` become one slot with several dies."""
+
+    def __init__(self, config, die_list):
+        index = {d.name: i for i, d in enumerate(die_list)}
+        self.config, self.slots = config, []
+        for spec in config.models:
+            self._add(spec, [index[n] for n in (spec.dies or ("cpu0",))])
+        if len(self.slots) > MAX_SLOTS:
+            raise UsageError(f"{len(self.slots)} models exceed the {MAX_SLOTS} slots")
+
+    def _add(self, spec, dies):
+        for s in self.slots:
+            if s["name"] == spec.name:
+                if s["path"] != spec.path:
+                    raise UsageError(f"--name {spec.name!r} names two different files: {s['path']} and {spec.path}")
+                s["dies"] |= sum(1 << d for d in dies)
+                return
+        self.slots.append(dict(name=spec.name, path=spec.path, dies=sum(1 << d for d in dies),
+                               ctx_cap=spec.ctx_cap, batch_slots=min(self.config.batch_slots, spec.max_concurrent),
+                               max_sessions=spec.max_sessions, max_concurrent=spec.max_concurrent,
+                               reasoning_budget=spec.reasoning_budget, quantize=int(self.config.quantize)))
+
+    def publish(self, tables):
+        now = int(time.time())
+        for i, s in enumerate(self.slots):
+            tables.write_slot(i, state=SLOT_LOADING, created=now, reason="", **s)
+
+    def used_dies(self):
+        return sorted({d for s in self.slots for d in range(64) if s["dies"] >> d & 1})
+
+    def slots_on(self, d):
+        return [i for i, s in enumerate(self.slots) if s["dies"] >> d & 1]
+
+    def settled(self, rec, d):
+        """The worker of die `d` has tried every model placed on it."""
+        mask = sum(1 << i for i in self.slots_on(d))
+        return rec["heartbeat"] > 0 and (int(rec["loaded"]) | int(rec["failed"])) & mask == mask
+
+    def refresh(self, tables, notes):
+        """Derive each slot's state from its dies; failure reasons come from the workers' notes."""
+        reasons = {slot: msg for _, slot, msg in notes}
+        for i, s in enumerate(self.slots):
+            state = self._state(tables, i, s["dies"])
+            rec = tables.read_slot(i)
+            if state != rec["state"]:
+                reason = reasons.get(i, text(rec["reason"])) if state == SLOT_FAILED else ""
+                tables.write_slot(i, state=state, reason=reason[:250])
+
+    def _state(self, tables, i, mask):
+        dies = [tables.dies[d] for d in range(len(tables.dies)) if mask >> d & 1]
+        if any(r["state"] == DIE_UP and int(r["loaded"]) >> i & 1 for r in dies):
+            return SLOT_LOADED
+        if all(r["state"] == DIE_FAILED or int(r["failed"]) >> i & 1 for r in dies):
+            return SLOT_FAILED
+        return SLOT_LOADING
+
+    def die_failed(self, tables, d, detail):
+        for i in self.slots_on(d):
+            if self._state(tables, i, self.slots[i]["dies"]) == SLOT_FAILED:
+                tables.write_slot(i, state=SLOT_FAILED, reason=detail[:250])

@@ -1,0 +1,221 @@
+"""The supervisor: binds the socket, creates every ring, forks fronts and die workers, reaps, restarts, stops."""
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from ipc import reap_orphans
+from pantheon.errors import UsageError
+from workers import protocol
+from workers.dispatcher import Dispatcher
+from workers.layout import Layout
+from workers.lifecycle import adopt_parent_death, reset_signals
+from workers.restarts import RestartPolicy
+from workers.slots import SlotBook
+from workers.tables import DIE_DOWN, DIE_FAILED, DIE_STARTING, DIE_UP
+
+GRACE_S = 10.0
+
+
+def log(msg):
+    print(f"pantheon-serve: {msg}", file=sys.stderr, flush=True)
+
+
+def bind_listener(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Supervisor:
+    """The main thread reaps and restarts; one dispatcher thread routes requests (stopped around forks)."""
+
+    def __init__(self, config, dies):
+        self.config = config
+        self.die_list = sorted(dies.values(), key=lambda d: (d.kind, d.index))
+        self.pid = os.getpid()
+        self.book = SlotBook(config, self.die_list)
+        self.restarts = {d: RestartPolicy() for d in range(len(self.die_list))}
+        self.fronts, self.workers = {}, {}  # pid -> index
+        self.signals = []
+        self.stopping = None
+        self._thread, self._stop = None, threading.Event()
+
+    @property
+    def port(self):
+        return self.sock.getsockname()[1]
+
+    def start(self):
+        reap_orphans()
+        self.layout = Layout.create(self.config.http_workers, len(self.die_list),
+                                    [s["name"] for s in self.book.slots], [d.name for d in self.die_list])
+        self.book.publish(self.layout.tables)
+        self.sock = bind_listener(self.config.host, self.config.port)
+        self.dispatcher = Dispatcher(self.layout)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, lambda s, _f: self.signals.append(s))
+        for f in range(self.config.http_workers):
+            self._spawn_front(f)
+        for d in self.book.used_dies():
+            self._spawn_worker(d)
+        self._start_thread()
+
+    def _start_thread(self):
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._dispatch_loop, name="dispatcher", daemon=True)
+        self._thread.start()
+
+    def _dispatch_loop(self):
+        while not self._stop.is_set():
+            try:
+                self.dispatcher.run_once(0.02)
+            except Exception:
+                traceback.print_exc()
+
+    def _fork(self, role, *args):
+        """Fork with no other thread alive, so the child inherits no half-held lock."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        pid = os.fork()
+        if pid == 0:
+            self._child(role, args)
+        if self._thread is not None:
+            self._start_thread()
+        return pid
+
+    def _child(self, role, args):
+        code = 1
+        try:
+            reset_signals()
+            adopt_parent_death(self.pid)
+            code = role(*args)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code or 0)
+
+    def _spawn_front(self, f):
+        from workers.front import front_main
+
+        self.fronts[self._fork(front_main, self.layout, f, self.sock, self.config)] = f
+
+    def _spawn_worker(self, d):
+        from workers.worker import worker_main
+
+        rec = self.layout.tables.dies[d]
+        rec["loaded"] = rec["failed"] = rec["in_flight"] = 0
+        rec["heartbeat"] = 0.0
+        rec["state"] = DIE_STARTING
+        rec["generation"] += 1
+        pid = self._fork(worker_main, self.layout, d, self.die_list[d], self.book.slots_on(d))
+        rec["pid"] = pid
+        self.workers[pid] = d
+
+    def run(self):
+        """Serve until SIGTERM/SIGINT has drained everything; returns the exit status."""
+        log(f"listening on http://{self.config.host}:{self.port}")
+        while True:
+            time.sleep(0.05)
+            self._handle_signals()
+            self._reap()
+            if self.stopping is not None and self._stopped():
+                return 0
+            self._watch()
+
+    def _handle_signals(self):
+        while self.signals:
+            sig = self.signals.pop(0)
+            if sig in (signal.SIGTERM, signal.SIGINT):
+                self._begin_stop(immediate=self.stopping is not None and sig == signal.SIGINT)
+
+    def _begin_stop(self, immediate):
+        if immediate:
+            log("second interrupt: stopping now")
+            self._kill_all(signal.SIGKILL)
+            os._exit(0)
+        log("stopping: draining streams")
+        self.stopping = time.monotonic() + GRACE_S
+        self.sock.close()
+        for pid in self.fronts:
+            _signal(pid, signal.SIGTERM)
+
+    def _stopped(self):
+        if self.fronts and time.monotonic() < self.stopping:
+            return False
+        self._kill_all(signal.SIGKILL)
+        self._stop.set()
+        return not self.fronts and not self.workers
+
+    def _kill_all(self, sig):
+        for pid in list(self.fronts) + list(self.workers):
+            _signal(pid, sig)
+
+    def _reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self._exited(pid, os.waitstatus_to_exitcode(status))
+
+    def _exited(self, pid, code):
+        if pid in self.fronts:
+            f = self.fronts.pop(pid)
+            if self.stopping is None:
+                log(f"front {f} (pid {pid}) exited with {code}; respawning")
+                self.dispatcher.commands.put(lambda: self.dispatcher.fail_front(f))
+                self._spawn_front(f)
+        elif pid in self.workers:
+            self._worker_exited(self.workers.pop(pid), pid, code)
+
+    def _worker_exited(self, d, pid, code):
+        rec = self.layout.tables.dies[d]
+        rec["state"], rec["loaded"], rec["in_flight"], rec["pid"] = DIE_DOWN, 0, 0, 0
+        detail = f"worker of die {self.die_list[d].name} (pid {pid}) exited with {code}"
+        self.dispatcher.commands.put(lambda: self.dispatcher.fail_die(d, detail))
+        if self.stopping is not None:
+            return
+        log(detail)
+        if code == protocol.EXIT_BAD_MODEL or not self.restarts[d].allow():
+            rec["state"] = DIE_FAILED
+            self.book.die_failed(self.layout.tables, d, detail)
+            return
+        rec["restarts"] += 1
+        self.restarts[d].schedule(time.monotonic())
+
+    def _watch(self):
+        now = time.monotonic()
+        tables = self.layout.tables
+        for d, policy in self.restarts.items():
+            if policy.due(now) and d not in self.workers.values():
+                policy.clear()
+                self._spawn_worker(d)
+        for d in self.workers.values():
+            rec = tables.dies[d]
+            if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
+                rec["state"] = DIE_UP
+        self.book.refresh(tables, self.dispatcher.status_notes)
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,76 @@
+"""Shared-memory tables every process can read: model slots (supervisor writes), dies (split writers).
+
+Both are numpy structured arrays over a segment created before fork. Each field has exactly one
+writing process; a model slot's record changes under a sequence lock (odd while being written), so
+readers in the fronts retry instead of seeing a torn name or path. No lock is held across processes.
+"""
+
+import time
+
+import numpy as np
+
+MAX_SLOTS = 16
+
+SLOT_EMPTY, SLOT_LOADING, SLOT_LOADED, SLOT_FAILED, SLOT_UNLOADING = range(5)
+SLOT_STATES = ("empty", "loading", "loaded", "failed", "unloading")
+
+DIE_DOWN, DIE_STARTING, DIE_UP, DIE_FAILED, DIE_DEGRADED = range(5)
+DIE_STATES = ("down", "starting", "up", "failed", "degraded")
+
+SLOT_DTYPE = np.dtype([
+    ("version", "<u8"), ("state", "u1"), ("name", "S64"), ("path", "S1024"), ("reason", "S256"),
+    ("dies", "<u8"), ("ctx_cap", "<u4"), ("batch_slots", "<u4"), ("max_sessions", "<u4"),
+    ("max_concurrent", "<u4"), ("reasoning_budget", "<u4"), ("quantize", "u1"), ("created", "<u8"),
+])
+
+# worker-written: heartbeat .. rss; supervisor-written: pid .. restarts.
+DIE_DTYPE = np.dtype([
+    ("heartbeat", "<f8"), ("in_flight", "<u4"), ("completed", "<u8"), ("loaded", "<u8"),
+    ("failed", "<u8"), ("rss", "<u8"),
+    ("pid", "<i4"), ("generation", "<u4"), ("state", "u1"), ("restarts", "<u4"),
+])
+
+
+def table_bytes(n_dies):
+    return SLOT_DTYPE.itemsize * MAX_SLOTS + DIE_DTYPE.itemsize * n_dies
+
+
+class Tables:
+    """Views of the slot and die tables inside `buf` (a memoryview of a shared segment)."""
+
+    def __init__(self, buf, n_dies):
+        n_slot_bytes = SLOT_DTYPE.itemsize * MAX_SLOTS
+        self.slots = np.frombuffer(buf, dtype=SLOT_DTYPE, count=MAX_SLOTS)  # [16] records
+        self.dies = np.frombuffer(buf, dtype=DIE_DTYPE, count=n_dies, offset=n_slot_bytes)  # [D] records
+
+    def write_slot(self, i, **fields):
+        """Supervisor only: update slot `i` under its sequence lock."""
+        rec = self.slots[i]
+        rec["version"] += 1
+        for k, v in fields.items():
+            rec[k] = v.encode() if isinstance(v, str) else v
+        rec["version"] += 1
+
+    def read_slot(self, i, attempts=1000):
+        """A consistent copy of slot `i` (retrying while the supervisor writes it)."""
+        for _ in range(attempts):
+            v0 = int(self.slots[i]["version"])
+            copy = self.slots[i].copy()
+            if v0 % 2 == 0 and int(self.slots[i]["version"]) == v0:
+                return copy
+            time.sleep(0)
+        raise RuntimeError(f"model slot {i} stayed mid-write")
+
+    def live_slots(self):
+        """(index, record) of every non-empty slot."""
+        out = []
+        for i in range(MAX_SLOTS):
+            rec = self.read_slot(i)
+            if rec["state"] != SLOT_EMPTY:
+                out.append((i, rec))
+        return out
+
+
+def text(field):
+    """A fixed-width bytes field as str."""
+    return bytes(field).rstrip(b"\0").decode("utf-8", "replace")

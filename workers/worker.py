@@ -1,0 +1,144 @@
+"""A die worker: owns the models placed on one die, runs their engines, streams tokens to the fronts."""
+
+import os
+import sys
+import time
+import traceback
+
+from ipc import Kind
+from workers import protocol
+from workers.lifecycle import heartbeat_interval
+from workers.tables import text
+
+IDLE_WAIT_S = 0.05
+DEFAULT_CTX = 4096
+
+
+def context_size(ctx_cap, n_ctx_train):
+    """Tokens per sequence: the --ctx-cap (or 4096), never beyond what the model was trained for."""
+    return min(ctx_cap or DEFAULT_CTX, n_ctx_train)
+
+
+class DieWorker:
+    """The step loop of one die: drain the dispatch ring, step every engine with work, send events."""
+
+    def __init__(self, layout, die_index, die, slots, threads):
+        self.layout, self.d, self.die = layout, die_index, die
+        self.rec = layout.tables.dies[die_index]
+        self.inbox = layout.to_die[die_index].receiver()
+        self.to_front = [c.sender() for c in layout.die_to_front[die_index]]
+        self.to_sup = layout.die_to_sup[die_index].sender()
+        self.engines = {}
+        self.owner = {}  # request id -> slot
+        self._load(slots, threads)
+
+    def _load(self, slots, threads):
+        from pantheon.engine import Engine, EngineConfig
+        from pantheon.model import open_model
+
+        for i in slots:
+            rec = self.layout.tables.read_slot(i)
+            try:
+                model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]))
+                n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
+                cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
+                                   max_sessions=int(rec["max_sessions"]))
+                self.engines[i] = Engine(model, cfg)
+                self.rec["loaded"] |= 1 << i
+            except Exception as e:  # a model that cannot load must not take the die's other models down
+                self.rec["failed"] |= 1 << i
+                self._status(i, f"failed: {type(e).__name__}: {e}")
+
+    def _status(self, slot, message):
+        self.to_sup.send(Kind.STATUS, slot, 0, message.encode()[:400], timeout=1.0)
+
+    def run(self):
+        if not self.engines:
+            return protocol.EXIT_BAD_MODEL
+        beat = heartbeat_interval()
+        next_beat = 0.0
+        while True:
+            busy = any(e.has_work for e in self.engines.values())
+            self._drain(0 if busy else IDLE_WAIT_S)
+            for slot, engine in self.engines.items():
+                if engine.has_work:
+                    self._route(engine.step())
+            now = time.monotonic()
+            if now >= next_beat:
+                self.rec["heartbeat"] = now
+                next_beat = now + beat
+
+    def _drain(self, wait):
+        msg = self.inbox.receive(timeout=wait)
+        while msg is not None:
+            self._handle(msg)
+            msg = self.inbox.poll()
+
+    def _handle(self, msg):
+        if msg.kind == Kind.SUBMIT:
+            self._submit(msg)
+        elif msg.kind == Kind.CANCEL:
+            slot = self.owner.get(msg.request_id)
+            if slot is not None:
+                self.engines[slot].abort(msg.request_id)
+        elif msg.kind == Kind.SHUTDOWN:
+            sys.exit(protocol.EXIT_OK)
+
+    def _submit(self, msg):
+        from pantheon.engine import Request
+        from pantheon.errors import PantheonError
+
+        job = protocol.decode_job(bytes(msg.payload))
+        engine = self.engines.get(job.slot)
+        req = Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
+                      session=job.session or None, reasoning_budget=job.reasoning_budget,
+                      think_ids=job.think_ids if any(job.think_ids) else ())
+        try:
+            if engine is None:
+                raise KeyError(f"model slot {job.slot} is not loaded on this die")
+            engine.add(req)
+        except (PantheonError, KeyError) as e:
+            self._fail(msg.request_id, protocol.E_BAD_REQUEST, str(e))
+            return
+        self.owner[msg.request_id] = job.slot
+        self.rec["in_flight"] += 1
+
+    def _fail(self, rid, code, detail):
+        from ipc.messages import encode_error
+
+        self.to_front[protocol.front_of(rid)].send(Kind.ERROR, rid, 0, encode_error(code, detail.encode()[:2000]),
+                                                   timeout=5.0)
+        self.to_sup.send(Kind.DONE, rid, 0, protocol.encode_done("abort", 0, 0, 0), timeout=5.0)
+
+    def _route(self, events):
+        from pantheon.engine import TokenEvent
+
+        for ev in events:
+            out = self.to_front[protocol.front_of(ev.id)]
+            if isinstance(ev, TokenEvent):
+                out.send(Kind.TOKENS, ev.id, ev.index, ev.token.to_bytes(4, "little"), timeout=5.0)
+                continue
+            body = protocol.encode_done(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens)
+            out.send(Kind.DONE, ev.id, ev.completion_tokens, body, timeout=5.0)
+            self.to_sup.send(Kind.DONE, ev.id, 0, body, timeout=5.0)
+            self.owner.pop(ev.id, None)
+            self.rec["in_flight"] -= 1
+            self.rec["completed"] += 1
+
+
+def worker_main(layout, die_index, die, slots):
+    """Entry point in the forked child; returns the exit code (see workers.protocol)."""
+    os.setpgid(0, 0)
+    if die.kind == "cpu" and die.cores:
+        os.sched_setaffinity(0, die.cores)
+    threads = len(die.cores) if die.cores else None
+    try:
+        worker = DieWorker(layout, die_index, die, slots, threads)
+        return worker.run()
+    except SystemExit as e:
+        return e.code or 0
+    except MemoryError:
+        return protocol.EXIT_OUT_OF_MEMORY
+    except Exception:
+        traceback.print_exc()
+        return 1
