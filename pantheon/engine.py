@@ -187,7 +187,7 @@ class Engine:
 
     def _finish(self, seq, reason):
         del self.running[seq.req.id]
-        if seq.req.session is not None and reason != "abort":
+        if seq.req.session is not None:
             self.sessions[seq.req.session] = seq.cache
             while len(self.sessions) > self.config.max_sessions:
                 self.sessions.popitem(last=False)

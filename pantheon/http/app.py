@@ -1,0 +1,49 @@
+"""create_app: the OpenAI-compatible WSGI app (Falcon) over any Backend."""
+
+import falcon
+
+from pantheon.http import errors
+from pantheon.http.auth import BearerAuth
+from pantheon.http.completions import ChatCompletions, Completions, Options
+from pantheon.http.disconnect import DisconnectWatch
+from pantheon.http.resources import Detokenize, Health, Metrics, Models, Tokenize
+from pantheon.http.shapes import FINGERPRINT
+from pantheon.metrics import OTHER
+
+ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions",
+             "/tokenize": "tokenize", "/detokenize": "detokenize"}
+
+
+class _CountRequests:
+    """Falcon middleware: one count per answered request on the endpoints the metrics name."""
+
+    def __init__(self, recorder):
+        self.recorder = recorder
+
+    def process_response(self, req, resp, resource, req_succeeded):
+        endpoint = ENDPOINTS.get(req.path)
+        if endpoint is not None:
+            self.recorder.request(getattr(req.context, "model", OTHER), endpoint, resp.status_code)
+
+
+def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_limit=16 * 2**20,
+               fingerprint=FINGERPRINT):
+    """A falcon.App (WSGI) serving the OpenAI API over `backend` (pantheon.http.backend.Backend).
+
+    api_keys: bearer keys; empty means no auth. metrics: this process's pantheon.metrics.Recorder
+    (request counts, tokens, latencies), or None to record nothing here. default_max_tokens: used
+    when a request sets none (None: until the context is full). body_limit: bytes per request body.
+    """
+    middleware = [BearerAuth(api_keys)] + ([_CountRequests(metrics)] if metrics is not None else [])
+    app = falcon.App(middleware=middleware)
+    app.req_options.strip_url_path_trailing_slash = True
+    errors.install(app)
+    options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch())
+    app.add_route("/v1/models", Models(backend))
+    app.add_route("/v1/chat/completions", ChatCompletions(backend, options))
+    app.add_route("/v1/completions", Completions(backend, options))
+    app.add_route("/tokenize", Tokenize(backend, body_limit))
+    app.add_route("/detokenize", Detokenize(backend, body_limit))
+    app.add_route("/health", Health(backend))
+    app.add_route("/metrics", Metrics(backend))
+    return app

@@ -1,0 +1,80 @@
+"""Start a real bin/pantheon-serve process tree on a free port for end-to-end tests."""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+class Server:
+    """A pantheon-serve process; `url` once it listens; `stop()` sends SIGTERM and waits."""
+
+    def __init__(self, args, ready_timeout=120.0, env=None):
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bin" / "pantheon-serve"), "--port", "0", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        self.lines = []
+        self.url = self._await_listen(ready_timeout)
+        self._await_health(ready_timeout)
+
+    def _await_listen(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("pantheon-serve exited:\n" + "".join(self.lines))
+            self.lines.append(line)
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                return m.group(1)
+        raise RuntimeError("pantheon-serve did not listen in time")
+
+    def _await_health(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, _ = self.get("/health")
+            if status == 200:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("pantheon-serve never became healthy")
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read(), dict(r.headers)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), dict(e.headers)
+
+    def get(self, path):
+        try:
+            status, body, _ = self.request("GET", path, timeout=5)
+        except (urllib.error.URLError, ConnectionError):
+            return 0, b""
+        return status, body
+
+    def children(self):
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
+        return [int(p) for p in out.stdout.split()]
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        rest = self.proc.stdout.read()
+        self.lines.append(rest)
+        return self.proc.returncode
