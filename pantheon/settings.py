@@ -194,7 +194,7 @@ FLAGS = (
     Flag("--max-concurrent", "model", "N", int_in(0, MAX_SESSIONS_LIMIT), "0 = resolved --max-sessions",
          "cap on requests generating at once; the rest queue"),
     Flag("--host", "global", "ADDR", parse_host, DEFAULT_HOST, "bind address: IPv4/IPv6 literal or localhost"),
-    Flag("--port", "global", "N", int_in(1, 65535), str(DEFAULT_PORT), "TCP port"),
+    Flag("--port", "global", "N", int_in(0, 65535), str(DEFAULT_PORT), "TCP port (0: a free port, logged)"),
     Flag("--served-name", "global", "ID", parse_id, "unset", "model 0's id when it has no --name"),
     Flag("--quantize", "global", None, None, "off", "Q8_0-quantize weights at load"),
     Flag("--http-workers", "global", "N", int_in(1, MAX_HTTP_WORKERS), str(DEFAULT_HTTP_WORKERS),

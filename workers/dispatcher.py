@@ -11,9 +11,10 @@ from ipc.messages import encode_error
 from ipc.mux import Mux
 from pantheon.routing import SessionMap, pick_replica
 from workers import protocol
-from workers.tables import DIE_UP, SLOT_LOADED
+from workers.tables import DIE_UP, SLOT_LOADED, text
 
 ACK = b"\x01"
+QUEUED = 255
 
 
 @dataclass
@@ -31,7 +32,11 @@ class Dispatcher:
     """Owns the front->supervisor and die->supervisor rings; one thread runs `run_once` in a loop."""
 
     def __init__(self, layout, queue_factor=1.0):
+        from pantheon.metrics import Recorder
+
         self.layout, self.tables = layout, layout.tables
+        self.gauges = Recorder(layout.metrics, layout.metrics_rows, row=layout.n_fronts)
+        self._gauges_at = 0.0
         self.queue_factor = queue_factor
         self.from_fronts = [c.receiver() for c in layout.to_sup]
         self.from_dies = [c.receiver() for c in layout.die_to_sup]
@@ -57,6 +62,16 @@ class Dispatcher:
             else:
                 self._from_die(index - len(self.from_fronts), msg)
             got = self.mux.poll()
+        if time.monotonic() - self._gauges_at > 0.1:
+            self._publish_gauges()
+
+    def _publish_gauges(self):
+        """Queue depth per model and requests in flight per die, for /metrics in every front."""
+        self._gauges_at = time.monotonic()
+        for slot, rec in self.tables.live_slots():
+            self.gauges.queue_depth(text(rec["name"]), len(self.queued.get(slot, ())))
+        for d in range(self.layout.n_dies):
+            self.gauges.in_flight(self.layout.metrics.dies[d], self.in_flight(d))
 
     def _from_front(self, front, msg):
         if msg.kind == Kind.SUBMIT:
@@ -86,12 +101,12 @@ class Dispatcher:
         if self.tables.read_slot(job.slot)["state"] != SLOT_LOADED or not self.replicas(job.slot):
             return self._error(front, p.rid, protocol.E_UNAVAILABLE, "1")
         if self._try_start(p):
-            return self._ack(front, p.rid)
+            return self._ack(front, p.rid, p.die)
         queue = self.queued.setdefault(p.slot, deque())
         if len(queue) >= self._queue_cap(p.slot):
             return self._error(front, p.rid, protocol.E_OVERLOADED, str(self.retry_after(p.slot)))
         queue.append(p)
-        self._ack(front, p.rid)
+        self._ack(front, p.rid, QUEUED)
 
     def _max_concurrent(self, slot):
         return max(1, int(self.tables.read_slot(slot)["max_concurrent"]))
@@ -142,8 +157,9 @@ class Dispatcher:
         while queue and self._try_start(queue[0]):
             queue.popleft()
 
-    def _ack(self, front, rid):
-        self.to_front[front].send(Kind.STATUS, rid, 0, ACK, timeout=5.0)
+    def _ack(self, front, rid, die):
+        """Accepted: started on `die`, or QUEUED until a replica frees a place."""
+        self.to_front[front].send(Kind.STATUS, rid, 0, ACK + bytes((die,)), timeout=5.0)
 
     def _error(self, front, rid, code, detail):
         self.to_front[front].send(Kind.ERROR, rid, 0, encode_error(code, detail.encode()), timeout=5.0)

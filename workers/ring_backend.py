@@ -32,6 +32,7 @@ class RingStream:
         self.events = queue.Queue()
         self.next_seq = 0
         self.cancelled = False
+        self.replica = None
         self._pending = []
 
     def wait_accepted(self):
@@ -46,6 +47,8 @@ class RingStream:
             raise _refusal(msg)
         if msg.kind != Kind.STATUS:
             self._pending.append(msg)
+        elif len(msg.payload) == 2 and msg.payload[1] < self.backend.layout.n_dies:
+            self.replica = self.backend.layout.metrics.dies[msg.payload[1]]
 
     def __iter__(self):
         try:
@@ -151,8 +154,9 @@ class RingBackend:
         with self._lock:
             self._streams[rid] = stream
         served = self.served(req.model)
+        budget = req.reasoning_budget or int(rec["reasoning_budget"])
         job = protocol.Job(slot, self.front, tuple(req.prompt), req.max_tokens, req.sampling, tuple(req.stop_ids),
-                           session_hash(req.session), req.reasoning_budget, served.think_ids or (0, 0))
+                           session_hash(req.session), budget, served.think_ids or (0, 0))
         self.send(Kind.SUBMIT, rid, protocol.encode_job(job))
         stream.wait_accepted()
         return stream

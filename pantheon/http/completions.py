@@ -76,6 +76,9 @@ class _GenerateResource:
         started = time.perf_counter()
         parsed = validate.check(validate.read_json(req, self.options.body_limit), self.schema, self.required)
         served, stream = self._start(req, parsed)
+        replica = getattr(stream, "replica", None)
+        if replica:
+            resp.set_header("X-Pantheon-Replica", replica)  # which die runs it: for operators and tests
         gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env), self.options.recorder,
                          served.name, started, self.options.watch)
         env = Envelope(self.chat, served.name, self.options.fingerprint, parsed.stream and parsed.include_usage)

@@ -1,0 +1,191 @@
+"""End to end: a real pantheon-serve tree (supervisor, 2 fronts, 2 CPU dies) driven over HTTP."""
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import pantheon
+from pantheon.engine import Engine, EngineConfig, Request
+from pantheon.sampler import SamplingParams
+from tests.conftest import shared_path
+from tests.workers.serving import Server
+
+openai = pytest.importorskip("openai")
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return {name: str(shared_path("golden", f"{name}.gguf")) for name in ("qwen2-q8_0", "llama-q8_0", "llama-q4_0")}
+
+
+@pytest.fixture(scope="module")
+def server(golden):
+    srv = Server(["--cpu-dies", "2", "--http-workers", "2",
+                  "--model", golden["qwen2-q8_0"], "--name", "qwen", "--dies", "cpu0", "--ctx-cap", "64",
+                  "--model", golden["llama-q8_0"], "--name", "llama", "--dies", "cpu1", "--max-concurrent", "1",
+                  "--model", golden["llama-q4_0"], "--name", "rep", "--dies", "cpu0",
+                  "--model", golden["llama-q4_0"], "--name", "rep", "--dies", "cpu1"])
+    yield srv
+    assert srv.stop() == 0, "".join(srv.lines)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def engine_greedy(path, prompt_ids, n):
+    """What the model file itself generates greedily, computed in this process."""
+    engine = Engine(pantheon.open_model(path, threads=1), EngineConfig(n_ctx=128))
+    engine.add(Request(1, tuple(prompt_ids), n, SamplingParams(temperature=0.0)))
+    out = []
+    while engine.has_work:
+        out += [e.token for e in engine.step() if hasattr(e, "token")]
+    return out
+
+
+def test_models_list(client):
+    names = sorted(m.id for m in client.models.list().data)
+    assert names == ["llama", "qwen", "rep"]
+
+
+@pytest.mark.parametrize("name,file", [("qwen", "qwen2-q8_0"), ("llama", "llama-q8_0")])
+def test_each_request_reaches_the_model_it_names(server, golden, name, file):
+    status, body, headers = server.request("POST", "/v1/completions", {
+        "model": name, "prompt": [1, 213, 540, 867, 1194], "max_tokens": 6, "temperature": 0})
+    assert status == 200, body
+    reply = json.loads(body)
+    assert reply["model"] == name
+    _, tok, _ = server.request("POST", "/tokenize", {"model": name, "content": reply["choices"][0]["text"],
+                                                     "add_special": False})
+    want = engine_greedy(golden[file], [1, 213, 540, 867, 1194], 6)
+    text = pantheon.open_tokenizer(golden[file]).decode(want)
+    assert reply["choices"][0]["text"] == text
+    assert headers["X-Pantheon-Replica"] == {"qwen": "cpu0", "llama": "cpu1"}[name]
+
+
+def test_openai_client_chat_and_completions(client):
+    chat = client.chat.completions.create(model="rep", messages=[{"role": "user", "content": "Hi"}], max_tokens=5)
+    assert chat.choices[0].finish_reason in ("stop", "length") and chat.usage.completion_tokens <= 5
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="rep", messages=[{"role": "user", "content": "Hi"}], max_tokens=5, stream=True) if c.choices]
+    assert len(pieces) >= 2
+    comp = client.completions.create(model="rep", prompt="Hello", max_tokens=4, temperature=0)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="rep", prompt="Hello", max_tokens=4, temperature=0, stream=True))
+    assert streamed == comp.choices[0].text
+
+
+def _stream(server, body, headers, out, key):
+    conn = http.client.HTTPConnection(server.url.split("//")[1], timeout=60)
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json", **headers})
+    resp = conn.getresponse()
+    out[key] = {"replica": resp.getheader("X-Pantheon-Replica"), "start": time.monotonic()}
+    resp.read()
+    out[key]["end"] = time.monotonic()
+    conn.close()
+
+
+def concurrent(server, n, headers=None, max_tokens=40):
+    out = {}
+    body = {"model": "rep", "prompt": "Once upon a time", "max_tokens": max_tokens, "stream": True,
+            "logit_bias": {"2": -100}}
+    threads = [threading.Thread(target=_stream, args=(server, body, headers or {}, out, i)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_two_concurrent_requests_run_on_both_replicas(server):
+    out = concurrent(server, 2, max_tokens=600)
+    assert {o["replica"] for o in out.values()} == {"cpu0", "cpu1"}
+    assert max(o["start"] for o in out.values()) < min(o["end"] for o in out.values()), "they did not overlap"
+
+
+def test_session_affinity_and_cached_tokens(server):
+    msgs = [{"role": "user", "content": "Tell me a story about a cat"}]
+    seen = set()
+    for turn in range(3):
+        status, body, headers = server.request("POST", "/v1/chat/completions", {
+            "model": "rep", "messages": msgs, "max_tokens": 4, "temperature": 0}, headers={"X-Session-Id": "s-42"})
+        reply = json.loads(body)
+        seen.add(headers["X-Pantheon-Replica"])
+        if turn:
+            assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        msgs += [reply["choices"][0]["message"], {"role": "user", "content": f"and then {turn}"}]
+    assert len(seen) == 1
+    same = concurrent(server, 2, {"X-Session-Id": "s-43"}, max_tokens=600)
+    assert len({o["replica"] for o in same.values()}) == 1
+
+
+def test_ctx_cap_refuses_long_prompt(server):
+    status, body, _ = server.request("POST", "/v1/completions", {"model": "qwen", "prompt": list(range(5, 90))})
+    assert status == 400 and json.loads(body)["error"]["code"] == "context_over_budget"
+
+
+def test_max_concurrent_queues_then_429(server):
+    results = {}
+
+    def run(i):
+        results[i] = server.request("POST", "/v1/completions", {
+            "model": "llama", "prompt": "x", "max_tokens": 1500, "logit_bias": {"2": -100}})
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+        time.sleep(0.15)
+    for t in threads:
+        t.join()
+    codes = sorted(r[0] for r in results.values())
+    assert codes.count(200) == 2 and codes.count(429) == 2, codes
+    refused = [r for r in results.values() if r[0] == 429][0]
+    assert int(refused[2]["Retry-After"]) >= 1
+
+
+def test_client_disconnect_frees_the_slot(server):
+    t0 = time.monotonic()
+    server.request("POST", "/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 300,
+                                               "logit_bias": {"2": -100}})
+    full_run_s = (time.monotonic() - t0) * 1900 / 300
+    host, port = server.url.split("//")[1].split(":")
+    body = json.dumps({"model": "llama", "prompt": "x", "max_tokens": 1900, "stream": True,
+                       "logit_bias": {"2": -100}}).encode()
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    assert b"data:" in sock.recv(4096)
+    sock.close()
+    started = time.monotonic()
+    busy = b'pantheon_in_flight{die="cpu1"} 1'
+    while busy in server.get("/metrics")[1]:
+        assert time.monotonic() - started < full_run_s / 2, "the generation kept running after the client left"
+        time.sleep(0.02)
+    status, _, _ = server.request("POST", "/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 2})
+    assert status == 200
+
+
+@pytest.mark.parametrize("body,status,param", [
+    ({"model": "nope", "prompt": "x"}, 404, None),
+    (b"{not json", 400, None),
+    ({"model": "qwen", "prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
+    ({"model": "qwen", "prompt": "x", "bogus": 1}, 400, "bogus"),
+])
+def test_bad_requests(server, body, status, param):
+    got, raw, _ = server.request("POST", "/v1/completions", body)
+    assert got == status
+    err = json.loads(raw)["error"]
+    assert err["message"] and (param is None or err["param"] == param)
+
+
+def test_health_and_metrics(server):
+    status, body = server.get("/health")
+    assert status == 200 and {m["name"] for m in json.loads(body)["models"]} == {"qwen", "llama", "rep"}
+    _, metrics = server.get("/metrics")
+    assert b"pantheon_requests_total" in metrics and b"pantheon_completion_tokens_total" in metrics
