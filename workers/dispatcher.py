@@ -1,5 +1,6 @@
 """The supervisor's dispatcher: forwards each request to the least-busy live replica, queues the surplus."""
 
+import json
 import math
 import queue
 import time
@@ -50,6 +51,7 @@ class Dispatcher:
         self.service_s = {}  # slot -> moving mean of request service time
         self.status_notes = deque(maxlen=64)  # (die, slot, text) from workers, for the supervisor
         self.commands = queue.SimpleQueue()  # callables from the supervisor's main thread
+        self.admin_inbox = queue.SimpleQueue()  # (front, rid, kind, body) for the main thread
 
     def run_once(self, timeout=0.05):
         while not self.commands.empty():
@@ -72,12 +74,16 @@ class Dispatcher:
             self.gauges.queue_depth(text(rec["name"]), len(self.queued.get(slot, ())))
         for d in range(self.layout.n_dies):
             self.gauges.in_flight(self.layout.metrics.dies[d], self.in_flight(d))
+        for slot in range(len(self.tables.slot_in_flight)):
+            self.tables.slot_in_flight[slot] = self.slot_in_flight(slot)
 
     def _from_front(self, front, msg):
         if msg.kind == Kind.SUBMIT:
             self._submit(front, msg)
         elif msg.kind == Kind.CANCEL:
             self._cancel(msg.request_id)
+        elif msg.kind in (Kind.LOAD, Kind.UNLOAD):
+            self.admin_inbox.put((front, msg.request_id, msg.kind, bytes(msg.payload)))
 
     def _from_die(self, die, msg):
         if msg.kind == Kind.DONE:
@@ -185,6 +191,29 @@ class Dispatcher:
             for q in [q for q in queue_ if q.front == front]:
                 queue_.remove(q)
         self.to_front[front] = self.layout.from_sup[front].sender()
+
+    def reply(self, front, rid, body):
+        """An admin answer: STATUS carrying a small JSON control record."""
+        self.to_front[front].send(Kind.STATUS, rid, 0, json.dumps(body).encode(), timeout=5.0)
+
+    def refuse(self, front, rid, status, body):
+        """An admin refusal: ERROR whose code is the HTTP status, detail the JSON error body."""
+        self._error(front, rid, status, json.dumps(body))
+
+    def slot_in_flight(self, slot):
+        return sum(n for (_, s), n in self.load.items() if s == slot) + len(self.queued.get(slot, ()))
+
+    def send_to_die(self, die, kind, rid):
+        self.to_die[die].send(kind, rid, 0, timeout=5.0)
+
+    def unload_slot(self, slot, dies):
+        """Tell the slot's dies to drop it (they end what still runs with an error); returns that count."""
+        aborted = sum(1 for p in self.running.values() if p.slot == slot) + len(self.queued.get(slot, ()))
+        for q in self.queued.pop(slot, ()):
+            self._error(q.front, q.rid, protocol.E_UNAVAILABLE, "5")
+        for d in dies:
+            self.send_to_die(d, Kind.UNLOAD, slot)
+        return aborted
 
     def in_flight(self, die):
         return sum(n for (d, _), n in self.load.items() if d == die)

@@ -7,7 +7,8 @@ import time
 
 from pantheon.http.app import create_app
 from pantheon.metrics import Recorder
-from workers.ring_backend import RingBackend
+from pantheon.http.admin import admin_enabled
+from workers.ring_backend import RingAdmin, RingBackend
 
 THREADS = 16
 DRAIN_S = 10.0
@@ -19,7 +20,8 @@ def front_main(layout, f, sock, config):
     backend = RingBackend(layout, f)
     backend.start()
     recorder = Recorder(layout.metrics, layout.metrics_rows, row=f)
-    app = create_app(backend, api_keys=config.api_keys, metrics=recorder)
+    app = create_app(backend, api_keys=config.api_keys, metrics=recorder, admin=RingAdmin(backend),
+                     admin_token=config.admin_token, admin_on=admin_enabled(config.host, config.admin_token))
     # channel_request_lookahead > 0 makes waitress expose environ["waitress.client_disconnected"].
     server = create_server(app, sockets=[sock], threads=THREADS, channel_request_lookahead=5,
                            ident="pantheon", send_bytes=1, clear_untrusted_proxy_headers=True)

@@ -28,9 +28,10 @@ class Layout:
     metrics: MetricsLayout  # rows 0..F-1: fronts; row F: the supervisor (queue depth, in-flight per die)
     metrics_rows: object  # float64 [F + 1, width] in shared memory
     metrics_segment: Segment
+    die_list: list = None  # pantheon.dies.Die per die index (plain data, inherited by fork)
 
     @classmethod
-    def create(cls, n_fronts, n_dies, model_names=(), die_names=()):
+    def create(cls, n_fronts, n_dies, model_names=(), die_names=(), die_list=None):
         seg = Segment(table_bytes(n_dies))
         metrics = MetricsLayout(model_names, die_names)
         mseg = Segment(8 * metrics.width * (n_fronts + 1))
@@ -42,4 +43,5 @@ class Layout:
             die_to_front=[[Channel(1024, EVENT_SLOT) for _ in range(n_fronts)] for _ in range(n_dies)],
             die_to_sup=[Channel(1024, CONTROL_SLOT) for _ in range(n_dies)],
             tables=Tables(seg.buf, n_dies), table_segment=seg,
-            metrics=metrics, metrics_rows=metrics.table(n_fronts + 1, mseg.buf), metrics_segment=mseg)
+            metrics=metrics, metrics_rows=metrics.table(n_fronts + 1, mseg.buf), metrics_segment=mseg,
+            die_list=die_list)

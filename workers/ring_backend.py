@@ -2,8 +2,10 @@
 
 import hashlib
 import itertools
+import json
 import queue
 import threading
+import time
 
 from ipc import Kind
 from ipc.messages import decode_error
@@ -12,7 +14,7 @@ from pantheon.http.backend import (Finished, GenerationFailed, ModelInfo, Overlo
                                    Unavailable, UnknownModel)
 from workers import protocol
 from workers.worker import context_size
-from workers.tables import DIE_UP, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
+from workers.tables import DIE_UP, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
 ACK_TIMEOUT_S = 30.0
 
@@ -79,7 +81,10 @@ def _refusal(msg):
     if err.code == protocol.E_OVERLOADED:
         return Overloaded("all replicas are busy and the queue is full", retry_after=float(detail or 1))
     if err.code == protocol.E_UNAVAILABLE:
-        return Unavailable("no live replica of this model", retry_after=float(detail or 1))
+        try:
+            return Unavailable("no live replica of this model", retry_after=float(detail or 1))
+        except ValueError:
+            return Unavailable(detail, retry_after=1.0)
     if err.code == protocol.E_WORKER_DIED:
         return GenerationFailed(f"the worker running this request died: {detail}")
     return GenerationFailed(detail or f"request failed (code {err.code})")
@@ -127,7 +132,7 @@ class RingBackend:
 
     def _slot_of(self, name):
         live = [(i, rec) for i, rec in self.tables.live_slots()]
-        if len(live) == 1 and (name is None or True):
+        if len(live) == 1:
             return live[0]
         for i, rec in live:
             if text(rec["name"]) == name:
@@ -199,3 +204,81 @@ def _open_served(rec):
     think = tuple(tok.token_to_id.get(t) for t in ("<think>", "</think>"))
     return ServedModel(text(rec["name"]), tok, PromptBuilder(tok, meta), n_ctx,
                        think if None not in think else ())
+
+
+class RingAdmin:
+    """The admin API inside a front: reads the shared tables, asks the supervisor to load and unload."""
+
+    def __init__(self, backend):
+        self.backend, self.tables, self.layout = backend, backend.tables, backend.layout
+
+    def _die_names(self, mask):
+        return [d.name for i, d in enumerate(self.layout.die_list) if int(mask) >> i & 1]
+
+    def describe(self, i, rec):
+        return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": self._die_names(rec["dies"]),
+                "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
+                "in_flight": int(self.tables.slot_in_flight[i]), "ctx": int(rec["ctx_cap"])}
+
+    def admin_models(self):
+        return [self.describe(i, rec) for i, rec in self.tables.live_slots()]
+
+    def admin_dies(self):
+        from workers.tables import DIE_STATES, PRESSURE_LEVELS
+
+        inst = self.tables.instance[0]
+        out = []
+        for i, die in enumerate(self.layout.die_list):
+            rec = self.tables.dies[i]
+            models = [text(r["name"]) for _, r in self.tables.live_slots() if int(r["dies"]) >> i & 1]
+            out.append({"name": die.name, "kind": die.kind, "cores": list(die.cores or ()),
+                        "gpu": {"name": die.device_name, "uuid": die.uuid} if die.kind == "cuda" else None,
+                        "ram": {"total": int(inst["ram_total"]), "available": int(inst["ram_available"])},
+                        "vram": None, "models": models, "pid": int(rec["pid"]), "restarts": int(rec["restarts"]),
+                        "in_flight": int(rec["in_flight"]), "state": DIE_STATES[rec["state"]]})
+        return {"dies": out, "pressure": {"level": PRESSURE_LEVELS[inst["pressure"]],
+                                          "ram_available": int(inst["ram_available"])}}
+
+    def _ask(self, kind, body, timeout):
+        """Send an admin record to the supervisor and wait for its STATUS (JSON) or ERROR (status, JSON)."""
+        from pantheon.http.admin import AdminRefused
+
+        rid = protocol.request_id(self.backend.front, next(self.backend._ids))
+        stream = RingStream(self.backend, rid)
+        with self.backend._lock:
+            self.backend._streams[rid] = stream
+        try:
+            self.backend.send(kind, rid, json.dumps(body).encode())
+            msg = stream.events.get(timeout=timeout)
+        except queue.Empty:
+            raise AdminRefused(504, _admin_error("the supervisor did not answer in time", "timeout")) from None
+        finally:
+            self.backend.forget(rid)
+        if msg.kind == Kind.ERROR:
+            err = decode_error(bytes(msg.payload))
+            raise AdminRefused(err.code, json.loads(err.detail))
+        return json.loads(bytes(msg.payload))
+
+    def admin_load(self, body):
+        from pantheon.http.admin import AdminRefused
+
+        timeout = body.get("timeout", 600) if isinstance(body.get("timeout", 600), (int, float)) else 600
+        slot = self._ask(Kind.LOAD, body, 60)["slot"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            rec = self.tables.read_slot(slot)
+            if rec["state"] == SLOT_LOADED:
+                return {"model": self.describe(slot, rec)}
+            if rec["state"] == SLOT_FAILED:
+                raise AdminRefused(422, _admin_error(f"the model could not be loaded: {text(rec['reason'])}",
+                                                     "load_failed", model=self.describe(slot, rec)))
+            time.sleep(0.05)
+        raise AdminRefused(504, _admin_error(f"still loading after {timeout} s", "timeout"))
+
+    def admin_unload(self, body):
+        timeout = body.get("timeout", 30) if isinstance(body.get("timeout", 30), int) else 30
+        return self._ask(Kind.UNLOAD, body, timeout + 60)
+
+
+def _admin_error(message, code, **extra):
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code, "param": None, **extra}}

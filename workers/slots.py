@@ -3,7 +3,8 @@
 import time
 
 from pantheon.errors import UsageError
-from workers.tables import (DIE_FAILED, DIE_UP, MAX_SLOTS, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING, text)
+from workers.tables import (DIE_FAILED, DIE_UP, MAX_SLOTS, SLOT_EMPTY, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING,
+                            SLOT_UNLOADING, text)
 
 
 class SlotBook:
@@ -11,7 +12,7 @@ class SlotBook:
 
     def __init__(self, config, die_list):
         index = {d.name: i for i, d in enumerate(die_list)}
-        self.config, self.slots = config, []
+        self.config, self.slots, self.die_list = config, [], die_list
         for spec in config.models:
             self._add(spec, [index[n] for n in (spec.dies or ("cpu0",))])
         if len(self.slots) > MAX_SLOTS:
@@ -29,16 +30,39 @@ class SlotBook:
                                max_sessions=spec.max_sessions, max_concurrent=spec.max_concurrent,
                                reasoning_budget=spec.reasoning_budget, quantize=int(self.config.quantize)))
 
+    def add_runtime(self, spec, batch_slots, tables):
+        """A model loaded through the admin API: the first free slot, published as loading."""
+        free = [i for i, s in enumerate(self.slots) if s is None]
+        if not free and len(self.slots) >= MAX_SLOTS:
+            raise UsageError(f"all {MAX_SLOTS} model slots are in use")
+        i = free[0] if free else len(self.slots)
+        index = {d.name: n for n, d in enumerate(self.die_list)}
+        record = dict(name=spec.name, path=spec.path, dies=sum(1 << index[n] for n in spec.dies),
+                      ctx_cap=spec.ctx_cap, batch_slots=batch_slots, max_sessions=spec.max_sessions,
+                      max_concurrent=spec.max_concurrent, reasoning_budget=0, quantize=int(self.config.quantize))
+        if i == len(self.slots):
+            self.slots.append(record)
+        else:
+            self.slots[i] = record
+        tables.write_slot(i, state=SLOT_LOADING, created=int(time.time()), reason="", **record)
+        return i
+
+    def remove(self, i):
+        self.slots[i] = None
+
+    def dies_of(self, i):
+        return [d for d in range(64) if self.slots[i] is not None and self.slots[i]["dies"] >> d & 1]
+
     def publish(self, tables):
         now = int(time.time())
         for i, s in enumerate(self.slots):
             tables.write_slot(i, state=SLOT_LOADING, created=now, reason="", **s)
 
     def used_dies(self):
-        return sorted({d for s in self.slots for d in range(64) if s["dies"] >> d & 1})
+        return sorted({d for s in self.slots if s for d in range(64) if s["dies"] >> d & 1})
 
     def slots_on(self, d):
-        return [i for i, s in enumerate(self.slots) if s["dies"] >> d & 1]
+        return [i for i, s in enumerate(self.slots) if s and s["dies"] >> d & 1]
 
     def settled(self, rec, d):
         """The worker of die `d` has tried every model placed on it."""
@@ -49,8 +73,10 @@ class SlotBook:
         """Derive each slot's state from its dies; failure reasons come from the workers' notes."""
         reasons = {slot: msg for _, slot, msg in notes}
         for i, s in enumerate(self.slots):
-            state = self._state(tables, i, s["dies"])
             rec = tables.read_slot(i)
+            if s is None or rec["state"] in (SLOT_UNLOADING, SLOT_EMPTY):
+                continue
+            state = self._state(tables, i, s["dies"])
             if state != rec["state"]:
                 reason = reasons.get(i, text(rec["reason"])) if state == SLOT_FAILED else ""
                 tables.write_slot(i, state=state, reason=reason[:250])

@@ -1,6 +1,8 @@
 """The supervisor: binds the socket, creates every ring, forks fronts and die workers, reaps, restarts, stops."""
 
+import collections
 import os
+import queue
 import signal
 import socket
 import sys
@@ -16,7 +18,9 @@ from workers.layout import Layout
 from workers.lifecycle import adopt_parent_death, reset_signals
 from workers.restarts import RestartPolicy
 from workers.slots import SlotBook
-from workers.tables import DIE_DOWN, DIE_FAILED, DIE_STARTING, DIE_UP
+from ipc import Kind
+from workers.admin_desk import AdminDesk
+from workers.tables import DIE_DOWN, DIE_FAILED, DIE_STARTING, DIE_UP, SLOT_LOADING, SLOT_STATES, text
 
 GRACE_S = 10.0
 
@@ -52,6 +56,9 @@ class Supervisor:
         self.signals = []
         self.stopping = None
         self._thread, self._stop = None, threading.Event()
+        self.main_inbox = queue.SimpleQueue()  # callables the dispatcher thread hands back
+        self.admin_queue = collections.deque()
+        self.desk = AdminDesk(self)
 
     @property
     def port(self):
@@ -60,7 +67,8 @@ class Supervisor:
     def start(self):
         reap_orphans()
         self.layout = Layout.create(self.config.http_workers, len(self.die_list),
-                                    [s["name"] for s in self.book.slots], [d.name for d in self.die_list])
+                                    [s["name"] for s in self.book.slots], [d.name for d in self.die_list],
+                                    self.die_list)
         self.book.publish(self.layout.tables)
         self.sock = bind_listener(self.config.host, self.config.port)
         self.dispatcher = Dispatcher(self.layout)
@@ -69,7 +77,7 @@ class Supervisor:
         for f in range(self.config.http_workers):
             self._spawn_front(f)
         for d in self.book.used_dies():
-            self._spawn_worker(d)
+            self.spawn_worker(d)
         self._start_thread()
 
     def _start_thread(self):
@@ -114,7 +122,7 @@ class Supervisor:
 
         self.fronts[self._fork(front_main, self.layout, f, self.sock, self.config)] = f
 
-    def _spawn_worker(self, d):
+    def spawn_worker(self, d):
         from workers.worker import worker_main
 
         rec = self.layout.tables.dies[d]
@@ -206,12 +214,45 @@ class Supervisor:
         for d, policy in self.restarts.items():
             if policy.due(now) and d not in self.workers.values():
                 policy.clear()
-                self._spawn_worker(d)
+                self.spawn_worker(d)
         for d in self.workers.values():
             rec = tables.dies[d]
             if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
                 rec["state"] = DIE_UP
         self.book.refresh(tables, self.dispatcher.status_notes)
+        self._admin()
+
+    def _admin(self):
+        """Hand-backs from the dispatcher, then admin requests; a load waits while another is loading."""
+        while not self.main_inbox.empty():
+            self.main_inbox.get()()
+        while not self.dispatcher.admin_inbox.empty():
+            self.admin_queue.append(self.dispatcher.admin_inbox.get())
+        while self.admin_queue:
+            kind = self.admin_queue[0][2]
+            if kind == Kind.LOAD and any(rec["state"] == SLOT_LOADING for _, rec in self.layout.tables.live_slots()):
+                break
+            self.desk.take(*self.admin_queue.popleft())
+        self.desk.tick()
+
+    def describe_slot(self, i):
+        """The /admin/models record of slot i."""
+        rec = self.layout.tables.read_slot(i)
+        return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]),
+                "dies": [self.die_list[d].name for d in range(len(self.die_list)) if int(rec["dies"]) >> d & 1],
+                "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
+                "in_flight": self.dispatcher.slot_in_flight(i), "ctx": int(rec["ctx_cap"])}
+
+    def fit_verdict(self, path, dies, ctx, slots):
+        """The estimator's verdict against live available RAM; None when no estimator is installed."""
+        try:
+            from pantheon.fit import estimate, verdict
+            from pantheon.memory import available_ram
+        except ImportError:
+            return None
+        shared = [text(rec["path"]) for _, rec in self.layout.tables.live_slots()]
+        return verdict(estimate(path, dies=dies, ctx=ctx, slots=slots, shared_files=shared),
+                       available_ram().available)
 
 
 def _signal(pid, sig):

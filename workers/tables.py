@@ -31,8 +31,15 @@ DIE_DTYPE = np.dtype([
 ])
 
 
+# dispatcher-written: requests running or queued per slot; supervisor-written: memory pressure.
+COUNTS_DTYPE = np.dtype("<u4")
+INSTANCE_DTYPE = np.dtype([("pressure", "u1"), ("ram_available", "<u8"), ("ram_total", "<u8")])
+PRESSURE_LEVELS = ("OK", "WATCH", "TIGHT", "CRITICAL")
+
+
 def table_bytes(n_dies):
-    return SLOT_DTYPE.itemsize * MAX_SLOTS + DIE_DTYPE.itemsize * n_dies
+    return (SLOT_DTYPE.itemsize * MAX_SLOTS + DIE_DTYPE.itemsize * n_dies + COUNTS_DTYPE.itemsize * MAX_SLOTS
+            + INSTANCE_DTYPE.itemsize)
 
 
 class Tables:
@@ -42,6 +49,10 @@ class Tables:
         n_slot_bytes = SLOT_DTYPE.itemsize * MAX_SLOTS
         self.slots = np.frombuffer(buf, dtype=SLOT_DTYPE, count=MAX_SLOTS)  # [16] records
         self.dies = np.frombuffer(buf, dtype=DIE_DTYPE, count=n_dies, offset=n_slot_bytes)  # [D] records
+        at = n_slot_bytes + DIE_DTYPE.itemsize * n_dies
+        self.slot_in_flight = np.frombuffer(buf, dtype=COUNTS_DTYPE, count=MAX_SLOTS, offset=at)  # [16]
+        at += COUNTS_DTYPE.itemsize * MAX_SLOTS
+        self.instance = np.frombuffer(buf, dtype=INSTANCE_DTYPE, count=1, offset=at)  # [1] record
 
     def write_slot(self, i, **fields):
         """Supervisor only: update slot `i` under its sequence lock."""

@@ -30,6 +30,7 @@ class DieWorker:
         self.to_sup = layout.die_to_sup[die_index].sender()
         self.engines = {}
         self.owner = {}  # request id -> slot
+        self.threads = threads
         self._load(slots, threads)
 
     def _load(self, slots, threads):
@@ -81,8 +82,22 @@ class DieWorker:
             slot = self.owner.get(msg.request_id)
             if slot is not None:
                 self.engines[slot].abort(msg.request_id)
+        elif msg.kind == Kind.LOAD:
+            self._load([msg.request_id], self.threads)
+        elif msg.kind == Kind.UNLOAD:
+            self._unload(msg.request_id)
         elif msg.kind == Kind.SHUTDOWN:
             sys.exit(protocol.EXIT_OK)
+
+    def _unload(self, slot):
+        """Drop a model: whatever still runs on it ends with a clear error, then its memory goes."""
+        for rid in [r for r, s in self.owner.items() if s == slot]:
+            self._fail(rid, protocol.E_UNAVAILABLE, "the model was unloaded")
+            self.owner.pop(rid)
+            self.rec["in_flight"] -= 1
+        self.engines.pop(slot, None)
+        self.rec["loaded"] &= ~(1 << slot)
+        self.rec["failed"] &= ~(1 << slot)
 
     def _submit(self, msg):
         from pantheon.engine import Request

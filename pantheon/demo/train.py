@@ -36,13 +36,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_VOCAB = ROOT.parent / "shared" / "vocab" / "ggml-vocab-llama-spm.gguf"
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "pantheon-demo.gguf"
 N_SPECIAL_AND_BYTES = 3 + 256  # <unk> <s> </s> then <0x00>..<0xFF>, ids 0..258 in llama's vocabulary
+# The demo model is a plain language model with no instruction tuning: a "User:/Assistant:" frame it
+# never saw makes it emit noise, so its template lays the turns out as paragraphs of plain text and
+# the generation simply continues the last one.
 CHAT_TEMPLATE = (
     "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ m['content'] }}\n\n"
-    "{% elif m['role'] == 'user' %}User: {{ m['content'] }}\n"
-    "{% else %}Assistant: {{ m['content'] }}\n{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}Assistant:{% endif %}")
+    "{{ m['content'] }}{% if not loop.last %}\n\n{% endif %}"
+    "{% endfor %}")
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 import falcon
 
 from pantheon.http import errors
+from pantheon.http.admin import AdminAuth, add_admin_routes
 from pantheon.http.auth import BearerAuth
 from pantheon.http.completions import ChatCompletions, Completions, Options
 from pantheon.http.disconnect import DisconnectWatch
@@ -27,14 +28,17 @@ class _CountRequests:
 
 
 def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_limit=16 * 2**20,
-               fingerprint=FINGERPRINT):
+               fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True):
     """A falcon.App (WSGI) serving the OpenAI API over `backend` (pantheon.http.backend.Backend).
 
     api_keys: bearer keys; empty means no auth. metrics: this process's pantheon.metrics.Recorder
     (request counts, tokens, latencies), or None to record nothing here. default_max_tokens: used
     when a request sets none (None: until the context is full). body_limit: bytes per request body.
+    admin: an object with admin_models/admin_dies/admin_load/admin_unload (None: no /admin routes),
+    guarded by admin_token; admin_on=False answers 403 (a non-loopback bind without a token).
     """
-    middleware = [BearerAuth(api_keys)] + ([_CountRequests(metrics)] if metrics is not None else [])
+    middleware = [AdminAuth(admin_token, admin_on), BearerAuth(api_keys)]
+    middleware += [_CountRequests(metrics)] if metrics is not None else []
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     errors.install(app)
@@ -46,4 +50,6 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.add_route("/detokenize", Detokenize(backend, body_limit))
     app.add_route("/health", Health(backend))
     app.add_route("/metrics", Metrics(backend))
+    if admin is not None:
+        add_admin_routes(app, admin, body_limit)
     return app
