@@ -65,6 +65,7 @@ class ServeConfig:
     api_keys: tuple = ()
     admin_token: Optional[str] = None
     models_dir: Optional[str] = None
+    ops: "Operations" = None
 
 
 # ---- value parsers: (flag, text) -> value, raising UsageError that names the flag and the text
@@ -328,7 +329,7 @@ def _finish(draft, environ):
         batch_slots=opts.get("--batch-slots") or batch_slots_from_env(environ),
         cpu_dies=opts.get("--cpu-dies", DEFAULT_CPU_DIES), quantize=opts.get("--quantize", False),
         api_keys=tuple(dict.fromkeys(draft.api_keys)), admin_token=opts.get("--admin-token"),
-        models_dir=opts.get("--models-dir"))
+        models_dir=opts.get("--models-dir"), ops=operations_from_env(environ))
 
 
 def _demo_path():
@@ -367,6 +368,27 @@ def batch_slots_from_env(environ=os.environ):
 def cuda_visible_devices(environ=os.environ):
     """The raw CUDA_VISIBLE_DEVICES string, or None when unset (every device visible)."""
     return environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class Operations:
+    """Operational knobs read from the environment (documented in docs/reliability.md and docs/memory.md)."""
+
+    hang_timeout: float = 60.0  # PANTHEON_HANG_TIMEOUT: a die whose heartbeat is older is hung
+    chaos_hooks: bool = False  # PANTHEON_CHAOS_HOOKS=1: workers exit via os._exit on SIGUSR1 (soak tests)
+    pressure_file: Optional[str] = None  # PANTHEON_PRESSURE_FILE: "available total" bytes, for tests
+
+
+def operations_from_env(environ=os.environ):
+    hang = environ.get("PANTHEON_HANG_TIMEOUT", "").strip()
+    try:
+        hang_timeout = float(hang) if hang else 60.0
+    except ValueError:
+        raise UsageError(f"PANTHEON_HANG_TIMEOUT={hang!r}: expected seconds") from None
+    if not 0 < hang_timeout < 86400:
+        raise UsageError(f"PANTHEON_HANG_TIMEOUT={hang!r}: expected 0 < seconds < 86400")
+    return Operations(hang_timeout, environ.get("PANTHEON_CHAOS_HOOKS", "").strip() == "1",
+                      environ.get("PANTHEON_PRESSURE_FILE") or None)
 
 
 def cuda_device_order(environ=os.environ):

@@ -1,5 +1,6 @@
 """The Backend the HTTP app uses inside a front process: requests out over rings, tokens back over rings."""
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -17,6 +18,9 @@ from workers.worker import context_size
 from workers.tables import DIE_UP, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
 ACK_TIMEOUT_S = 30.0
+MAX_ATTEMPTS = 3  # resubmissions of one request after worker deaths
+RECOVER_S = 30.0  # how long a request waits for a replica to come back after its worker died
+RETRY_NAP_S = 0.25
 
 
 def session_hash(session):
@@ -27,44 +31,97 @@ def session_hash(session):
 
 
 class RingStream:
-    """Events of one request as they arrive on the front's inbound rings."""
+    """Events of one request as they arrive on the front's inbound rings.
 
-    def __init__(self, backend, rid):
-        self.backend, self.rid = backend, rid
+    When the worker running it dies, the stream resubmits itself (a new request id, so late frames of
+    the dead attempt are dropped) with the prompt plus every token already delivered, and numbers the
+    continuation after them: the client sees one unbroken stream, no token twice, none missing.
+    """
+
+    def __init__(self, backend, job):
+        self.backend, self.job = backend, job
+        self.rid = None
         self.events = queue.Queue()
-        self.next_seq = 0
+        self.sent = []  # token ids delivered to the client, in order
+        self.offset = 0  # tokens delivered before the current attempt
+        self.attempts = 0
+        self.recover_until = None
         self.cancelled = False
         self.replica = None
-        self._pending = []
+
+    def submit(self):
+        """(Re)send the job under a fresh request id: the prompt extended by what was already sent."""
+        self.backend.forget(self.rid)
+        self.rid = self.backend.new_id()
+        self.backend.register(self.rid, self)
+        self.offset = len(self.sent)
+        job = self.job
+        if self.sent:
+            job = dataclasses.replace(job, prompt=job.prompt + tuple(self.sent),
+                                      max_tokens=job.max_tokens - len(self.sent))
+        self.backend.send(Kind.SUBMIT, self.rid, protocol.encode_job(job))
 
     def wait_accepted(self):
-        """Block until the supervisor accepted the request (or a token came first); raise its refusal."""
-        try:
-            msg = self.events.get(timeout=ACK_TIMEOUT_S)
-        except queue.Empty:
-            self.backend.forget(self.rid)
-            raise Unavailable("the supervisor did not answer in time", retry_after=1.0) from None
-        if msg.kind == Kind.ERROR:
-            self.backend.forget(self.rid)
-            raise _refusal(msg)
-        if msg.kind != Kind.STATUS:
-            self._pending.append(msg)
-        elif len(msg.payload) == 2 and msg.payload[1] < self.backend.layout.n_dies:
+        """Block until the supervisor accepted the request; raise its refusal (429, 503)."""
+        while True:
+            msg = self._next(ACK_TIMEOUT_S)
+            if msg.kind == Kind.STATUS:
+                self._note_replica(msg)
+                return
+            if msg.kind != Kind.ERROR:
+                self.events.put(msg)
+                return
+            if not self._recover(msg):
+                self.backend.forget(self.rid)
+                raise _refusal(msg)
+
+    def _next(self, timeout=None):
+        """The next message of the current attempt (frames of an abandoned attempt are skipped)."""
+        while True:
+            try:
+                msg = self.events.get(timeout=timeout)
+            except queue.Empty:
+                self.backend.forget(self.rid)
+                raise Unavailable("the supervisor did not answer in time", retry_after=1.0) from None
+            if msg.request_id == self.rid:
+                return msg
+
+    def _note_replica(self, msg):
+        if len(msg.payload) == 2 and msg.payload[1] < self.backend.layout.n_dies:
             self.replica = self.backend.layout.metrics.dies[msg.payload[1]]
+
+    def _recover(self, msg):
+        """After E_WORKER_DIED (or no replica while recovering): resubmit; False when out of time or tries."""
+        code = decode_error(bytes(msg.payload)).code
+        if code == protocol.E_WORKER_DIED and self.attempts < MAX_ATTEMPTS and not self.cancelled:
+            self.attempts += 1
+            self.recover_until = time.monotonic() + RECOVER_S
+        elif not (code == protocol.E_UNAVAILABLE and self.recover_until and time.monotonic() < self.recover_until):
+            return False
+        if code == protocol.E_UNAVAILABLE:
+            time.sleep(RETRY_NAP_S)  # the die is restarting: ask again shortly
+        self.submit()
+        return True
 
     def __iter__(self):
         try:
             while True:
-                msg = self._pending.pop(0) if self._pending else self.events.get()
+                msg = self._next()
                 if msg.kind == Kind.TOKENS:
-                    if msg.seq >= self.next_seq:
-                        self.next_seq = msg.seq + 1
-                        yield Tokens((int.from_bytes(msg.payload, "little"),), msg.seq)
+                    seq = self.offset + msg.seq
+                    if seq == len(self.sent):
+                        self.sent.append(int.from_bytes(msg.payload, "little"))
+                        yield Tokens((self.sent[-1],), seq)
+                elif msg.kind == Kind.STATUS:
+                    self._note_replica(msg)
                 elif msg.kind == Kind.DONE:
-                    reason, prompt, cached, completion = protocol.decode_done(bytes(msg.payload))
-                    yield Finished(reason, prompt, cached, completion)
+                    reason, _, cached, _ = protocol.decode_done(bytes(msg.payload))
+                    yield Finished(reason, len(self.job.prompt), cached, len(self.sent))
                     return
-                elif msg.kind == Kind.ERROR:
+                elif msg.kind == Kind.ERROR and len(self.sent) >= self.job.max_tokens:
+                    yield Finished("length", len(self.job.prompt), 0, len(self.sent))  # died after the last token
+                    return
+                elif msg.kind == Kind.ERROR and not self._recover(msg):
                     raise _refusal(msg)
         finally:
             self.backend.forget(self.rid)
@@ -130,6 +187,13 @@ class RingBackend:
         with self._lock:
             self._streams.pop(rid, None)
 
+    def register(self, rid, stream):
+        with self._lock:
+            self._streams[rid] = stream
+
+    def new_id(self):
+        return protocol.request_id(self.front, next(self._ids))
+
     def _slot_of(self, name):
         live = [(i, rec) for i, rec in self.tables.live_slots()]
         if len(live) == 1:
@@ -154,15 +218,12 @@ class RingBackend:
         if self.draining:
             raise Unavailable("the server is shutting down", retry_after=5.0)
         slot, rec = self._slot_of(req.model)
-        rid = protocol.request_id(self.front, next(self._ids))
-        stream = RingStream(self, rid)
-        with self._lock:
-            self._streams[rid] = stream
         served = self.served(req.model)
         budget = req.reasoning_budget or int(rec["reasoning_budget"])
         job = protocol.Job(slot, self.front, tuple(req.prompt), req.max_tokens, req.sampling, tuple(req.stop_ids),
                            session_hash(req.session), budget, served.think_ids or (0, 0))
-        self.send(Kind.SUBMIT, rid, protocol.encode_job(job))
+        stream = RingStream(self, job)
+        stream.submit()
         stream.wait_accepted()
         return stream
 
@@ -206,6 +267,13 @@ def _open_served(rec):
                        think if None not in think else ())
 
 
+class _Mailbox:
+    """Receives the supervisor's one reply to an admin request."""
+
+    def __init__(self, events):
+        self.events = events
+
+
 class RingAdmin:
     """The admin API inside a front: reads the shared tables, asks the supervisor to load and unload."""
 
@@ -243,13 +311,12 @@ class RingAdmin:
         """Send an admin record to the supervisor and wait for its STATUS (JSON) or ERROR (status, JSON)."""
         from pantheon.http.admin import AdminRefused
 
-        rid = protocol.request_id(self.backend.front, next(self.backend._ids))
-        stream = RingStream(self.backend, rid)
-        with self.backend._lock:
-            self.backend._streams[rid] = stream
+        rid = self.backend.new_id()
+        reply = queue.Queue()
+        self.backend.register(rid, _Mailbox(reply))
         try:
             self.backend.send(kind, rid, json.dumps(body).encode())
-            msg = stream.events.get(timeout=timeout)
+            msg = reply.get(timeout=timeout)
         except queue.Empty:
             raise AdminRefused(504, _admin_error("the supervisor did not answer in time", "timeout")) from None
         finally:

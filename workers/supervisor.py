@@ -20,9 +20,11 @@ from workers.restarts import RestartPolicy
 from workers.slots import SlotBook
 from ipc import Kind
 from workers.admin_desk import AdminDesk
-from workers.tables import DIE_DOWN, DIE_FAILED, DIE_STARTING, DIE_UP, SLOT_LOADING, SLOT_STATES, text
+from workers.tables import (DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STARTING, DIE_UP, SLOT_LOADING, SLOT_STATES,
+                            text)
 
 GRACE_S = 10.0
+ABORT_GRACE_S = 2.0  # after SIGABRT, a hung worker gets this long to dump its stack before SIGKILL
 
 
 def log(msg):
@@ -46,7 +48,7 @@ def bind_listener(host, port):
 class Supervisor:
     """The main thread reaps and restarts; one dispatcher thread routes requests (stopped around forks)."""
 
-    def __init__(self, config, dies):
+    def __init__(self, config, dies, nvml=None):
         self.config = config
         self.die_list = sorted(dies.values(), key=lambda d: (d.kind, d.index))
         self.pid = os.getpid()
@@ -59,6 +61,9 @@ class Supervisor:
         self.main_inbox = queue.SimpleQueue()  # callables the dispatcher thread hands back
         self.admin_queue = collections.deque()
         self.desk = AdminDesk(self)
+        self.aborted = {}  # die -> when a hung worker was sent SIGABRT
+        self.nvml = nvml
+        self.reclaims = {}
 
     @property
     def port(self):
@@ -70,6 +75,7 @@ class Supervisor:
                                     [s["name"] for s in self.book.slots], [d.name for d in self.die_list],
                                     self.die_list)
         self.book.publish(self.layout.tables)
+        self._baseline_vram()
         self.sock = bind_listener(self.config.host, self.config.port)
         self.dispatcher = Dispatcher(self.layout)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
@@ -130,7 +136,7 @@ class Supervisor:
         rec["heartbeat"] = 0.0
         rec["state"] = DIE_STARTING
         rec["generation"] += 1
-        pid = self._fork(worker_main, self.layout, d, self.die_list[d], self.book.slots_on(d))
+        pid = self._fork(worker_main, self.layout, d, self.die_list[d], self.book.slots_on(d), self.config.ops)
         rec["pid"] = pid
         self.workers[pid] = d
 
@@ -194,6 +200,9 @@ class Supervisor:
             self._worker_exited(self.workers.pop(pid), pid, code)
 
     def _worker_exited(self, d, pid, code):
+        self.aborted.pop(d, None)
+        if d in self.reclaims:
+            self.reclaims[d].begin()
         rec = self.layout.tables.dies[d]
         rec["state"], rec["loaded"], rec["in_flight"], rec["pid"] = DIE_DOWN, 0, 0, 0
         detail = f"worker of die {self.die_list[d].name} (pid {pid}) exited with {code}"
@@ -212,15 +221,54 @@ class Supervisor:
         now = time.monotonic()
         tables = self.layout.tables
         for d, policy in self.restarts.items():
-            if policy.due(now) and d not in self.workers.values():
+            if policy.due(now) and d not in self.workers.values() and self._memory_back(d):
                 policy.clear()
                 self.spawn_worker(d)
+        self._check_hangs(now)
         for d in self.workers.values():
             rec = tables.dies[d]
             if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
                 rec["state"] = DIE_UP
         self.book.refresh(tables, self.dispatcher.status_notes)
         self._admin()
+
+    def _check_hangs(self, now):
+        """A live worker whose heartbeat is stale is hung: SIGABRT (faulthandler dumps its stack), then SIGKILL."""
+        for pid, d in list(self.workers.items()):
+            rec = self.layout.tables.dies[d]
+            if rec["state"] != DIE_UP or now - rec["heartbeat"] <= self.config.ops.hang_timeout:
+                continue
+            if d not in self.aborted:
+                log(f"die {self.die_list[d].name} (pid {pid}) missed its heartbeat for "
+                    f"{now - rec['heartbeat']:.1f} s: SIGABRT")
+                self.aborted[d] = now
+                _signal(pid, signal.SIGABRT)
+            elif now - self.aborted[d] > ABORT_GRACE_S:
+                _signal(pid, signal.SIGKILL)
+
+    def _memory_back(self, d):
+        """GPU dies restart only once NVML shows the dead worker's memory returned (bounded, then DEGRADED)."""
+        reclaim = self.reclaims.get(d)
+        state = "ready" if reclaim is None else reclaim.state()
+        rec = self.layout.tables.dies[d]
+        if state == "degraded" and rec["state"] != DIE_DEGRADED:
+            log(f"die {self.die_list[d].name}: memory not reclaimed after {reclaim.wait_s:.0f} s: DEGRADED")
+            rec["state"] = DIE_DEGRADED
+        return state == "ready"
+
+    def _baseline_vram(self):
+        """Record each GPU die's memory use while no worker runs on it (before the first fork)."""
+        from pantheon.dies import die_memory
+        from workers.vram import Reclaim
+
+        cuda = {d.name: d for d in self.die_list if d.kind == "cuda"}
+        if not cuda:
+            return
+        for i, die in enumerate(self.die_list):
+            mem = die_memory(cuda, self.nvml).get(die.name)
+            if mem is not None:
+                read = (lambda name: lambda: getattr(die_memory({name: cuda[name]}, self.nvml)[name], "used", None))
+                self.reclaims[i] = Reclaim(read(die.name), mem.used)
 
     def _admin(self):
         """Hand-backs from the dispatcher, then admin requests; a load waits while another is loading."""

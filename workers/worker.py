@@ -1,6 +1,8 @@
 """A die worker: owns the models placed on one die, runs their engines, streams tokens to the fronts."""
 
+import faulthandler
 import os
+import signal
 import sys
 import time
 import traceback
@@ -141,9 +143,15 @@ class DieWorker:
             self.rec["completed"] += 1
 
 
-def worker_main(layout, die_index, die, slots):
+CHAOS_EXIT = 13
+
+
+def worker_main(layout, die_index, die, slots, ops=None):
     """Entry point in the forked child; returns the exit code (see workers.protocol)."""
     os.setpgid(0, 0)
+    faulthandler.enable(all_threads=True)  # SIGSEGV, and the supervisor's SIGABRT on a hang, dump stacks
+    if ops is not None and ops.chaos_hooks:
+        signal.signal(signal.SIGUSR1, lambda *_: os._exit(CHAOS_EXIT))
     if die.kind == "cpu" and die.cores:
         os.sched_setaffinity(0, die.cores)
     threads = len(die.cores) if die.cores else None

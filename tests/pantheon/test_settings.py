@@ -36,7 +36,22 @@ def test_one_model_defaults():
     c = parse("--model", "/models/small.gguf")
     assert c == ServeConfig(models=(ModelSpec("/models/small.gguf", "small.gguf", ("cpu0",), 4096, 0, 8, 8),),
                             host="127.0.0.1", port=8080, http_workers=2, batch_slots=4, cpu_dies=1,
-                            quantize=False, api_keys=(), admin_token=None, models_dir=None)
+                            quantize=False, api_keys=(), admin_token=None, models_dir=None,
+                            ops=settings.Operations())
+
+
+@pytest.mark.parametrize("env,hang,chaos", [({}, 60.0, False), ({"PANTHEON_HANG_TIMEOUT": " 2.5 "}, 2.5, False),
+                                            ({"PANTHEON_CHAOS_HOOKS": "1"}, 60.0, True),
+                                            ({"PANTHEON_CHAOS_HOOKS": "yes"}, 60.0, False)])
+def test_operations_from_env(env, hang, chaos):
+    ops = settings.operations_from_env(env)
+    assert (ops.hang_timeout, ops.chaos_hooks) == (hang, chaos)
+
+
+@pytest.mark.parametrize("bad", ["soon", "0", "-1", "1e9"])
+def test_bad_hang_timeout_refused(bad):
+    with pytest.raises(UsageError, match="PANTHEON_HANG_TIMEOUT"):
+        settings.operations_from_env({"PANTHEON_HANG_TIMEOUT": bad})
 
 
 def test_config_is_frozen():
