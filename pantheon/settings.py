@@ -377,18 +377,27 @@ class Operations:
     hang_timeout: float = 60.0  # PANTHEON_HANG_TIMEOUT: a die whose heartbeat is older is hung
     chaos_hooks: bool = False  # PANTHEON_CHAOS_HOOKS=1: workers exit via os._exit on SIGUSR1 (soak tests)
     pressure_file: Optional[str] = None  # PANTHEON_PRESSURE_FILE: "available total" bytes, for tests
+    restart_intensity: int = 5  # PANTHEON_RESTART_INTENSITY: more restarts than this per period -> FAILED
+    restart_period: float = 60.0  # PANTHEON_RESTART_PERIOD: seconds
+
+
+def _env_number(environ, name, default, kind, hi):
+    raw = environ.get(name, "").strip()
+    try:
+        value = kind(raw) if raw else default
+    except ValueError:
+        raise UsageError(f"{name}={raw!r}: expected a number") from None
+    if not 0 < value < hi:
+        raise UsageError(f"{name}={raw!r}: expected 0 < value < {hi}")
+    return value
 
 
 def operations_from_env(environ=os.environ):
-    hang = environ.get("PANTHEON_HANG_TIMEOUT", "").strip()
-    try:
-        hang_timeout = float(hang) if hang else 60.0
-    except ValueError:
-        raise UsageError(f"PANTHEON_HANG_TIMEOUT={hang!r}: expected seconds") from None
-    if not 0 < hang_timeout < 86400:
-        raise UsageError(f"PANTHEON_HANG_TIMEOUT={hang!r}: expected 0 < seconds < 86400")
-    return Operations(hang_timeout, environ.get("PANTHEON_CHAOS_HOOKS", "").strip() == "1",
-                      environ.get("PANTHEON_PRESSURE_FILE") or None)
+    return Operations(_env_number(environ, "PANTHEON_HANG_TIMEOUT", 60.0, float, 86400),
+                      environ.get("PANTHEON_CHAOS_HOOKS", "").strip() == "1",
+                      environ.get("PANTHEON_PRESSURE_FILE") or None,
+                      _env_number(environ, "PANTHEON_RESTART_INTENSITY", 5, int, 100000),
+                      _env_number(environ, "PANTHEON_RESTART_PERIOD", 60.0, float, 86400))
 
 
 def cuda_device_order(environ=os.environ):

@@ -53,7 +53,8 @@ class Supervisor:
         self.die_list = sorted(dies.values(), key=lambda d: (d.kind, d.index))
         self.pid = os.getpid()
         self.book = SlotBook(config, self.die_list)
-        self.restarts = {d: RestartPolicy() for d in range(len(self.die_list))}
+        ops = config.ops
+        self.restarts = {d: RestartPolicy(ops.restart_intensity, ops.restart_period) for d in range(len(self.die_list))}
         self.fronts, self.workers = {}, {}  # pid -> index
         self.signals = []
         self.stopping = None

@@ -151,7 +151,9 @@ def worker_main(layout, die_index, die, slots, ops=None):
     os.setpgid(0, 0)
     faulthandler.enable(all_threads=True)  # SIGSEGV, and the supervisor's SIGABRT on a hang, dump stacks
     if ops is not None and ops.chaos_hooks:
+        # soak-test faults: SIGUSR1 exits without cleanup, SIGUSR2 hangs the step loop (heartbeat stops)
         signal.signal(signal.SIGUSR1, lambda *_: os._exit(CHAOS_EXIT))
+        signal.signal(signal.SIGUSR2, lambda *_: time.sleep(1e9))
     if die.kind == "cpu" and die.cores:
         os.sched_setaffinity(0, die.cores)
     threads = len(die.cores) if die.cores else None
