@@ -241,11 +241,17 @@ class RingBackend:
         return out
 
     def health(self):
+        """200 when any model serves; per-model state and every die's state (a FAILED die says so)."""
+        from workers.tables import DIE_STATES
+
         models = self.models()
         serving = any(m.state == "loaded" and m.replicas > 0 for m in models)
+        dies = {d.name: DIE_STATES[self.tables.dies[i]["state"]] for i, d in enumerate(self.layout.die_list or ())}
         body = {"status": "ok" if serving else "unavailable",
-                "models": [{"name": m.name, "state": m.state, "replicas": m.replicas,
-                            **({"reason": m.details["reason"]} if m.details["reason"] else {})} for m in models]}
+                "models": {m.name: {"state": m.state, "replicas": m.replicas, "n_ctx": m.n_ctx,
+                                    **({"reason": m.details["reason"]} if m.details["reason"] else {})}
+                           for m in models},
+                "dies": dies}
         return serving, body
 
     def metrics(self):

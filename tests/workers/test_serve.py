@@ -188,6 +188,8 @@ def test_bad_requests(server, body, status, param):
 
 def test_health_and_metrics(server):
     status, body = server.get("/health")
-    assert status == 200 and {m["name"] for m in json.loads(body)["models"]} == {"qwen", "llama", "rep"}
+    health = json.loads(body)
+    assert status == 200 and set(health["models"]) == {"qwen", "llama", "rep"}
+    assert health["dies"] == {"cpu0": "up", "cpu1": "up"}
     _, metrics = server.get("/metrics")
     assert b"pantheon_requests_total" in metrics and b"pantheon_completion_tokens_total" in metrics

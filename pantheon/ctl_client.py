@@ -1,0 +1,142 @@
+"""HTTP client of pantheon-serve's admin routes (standard library only), with typed failures."""
+
+import http.client
+import json
+import socket
+import urllib.parse
+
+from pantheon import __version__
+from pantheon.errors import PantheonError
+
+DEFAULT_HTTP_TIMEOUT = 30.0
+_SNIPPET = 200   # characters of a non-JSON answer quoted in an error
+
+
+class AdminError(PantheonError):
+    """A request to the server did not succeed; `status` is the HTTP status, or None without one."""
+
+    def __init__(self, message, status=None, body=None):
+        super().__init__(message)
+        self.status = status
+        self.body = body    # the decoded JSON answer, when there was one
+
+    @property
+    def error(self):
+        """The OpenAI-style `error` object of the answer ({} without one)."""
+        err = self.body.get("error") if isinstance(self.body, dict) else None
+        return err if isinstance(err, dict) else {}
+
+    @property
+    def code(self):
+        return self.error.get("code")
+
+
+class Refused(AdminError):
+    """The server answered 4xx: the request was understood and turned down."""
+
+
+class Unavailable(AdminError):
+    """The server could not be reached, timed out, failed (5xx) or answered something unreadable."""
+
+
+class AdminClient:
+    """Talks to one pantheon-serve at `url` (http:// or https://, optionally with a path prefix)."""
+
+    def __init__(self, url, token=None, timeout=DEFAULT_HTTP_TIMEOUT):
+        parts = urllib.parse.urlsplit(url)
+        self.url, self.token, self.timeout = url, token, timeout
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname, parts.port
+        self._prefix = parts.path.rstrip("/")
+
+    def models(self):
+        return self._json("GET", "/admin/models")
+
+    def dies(self):
+        return self._json("GET", "/admin/dies")
+
+    def health(self):
+        """(status, answer): 200 and 503 are both answers of /health, not failures."""
+        status, body = self.request("GET", "/health")
+        if status not in (200, 503):
+            raise _failure(status, body, "/health")
+        return status, _object(body, "/health")
+
+    def load(self, path, name=None, dies=None, ctx_cap=None, batch_slots=None, timeout=None, wait=None):
+        """POST /admin/models/load; `wait` is how long to wait for the answer (>= the load timeout)."""
+        body = {"path": path, "name": name, "dies": list(dies) if dies else None, "ctx_cap": ctx_cap,
+                "batch_slots": batch_slots, "timeout": timeout}
+        return self._json("POST", "/admin/models/load", body, wait)
+
+    def unload(self, name, timeout=None, wait=None):
+        return self._json("POST", "/admin/models/unload", {"name": name, "timeout": timeout}, wait)
+
+    def _json(self, method, route, payload=None, wait=None):
+        status, body = self.request(method, route, payload, wait)
+        if status != 200:
+            raise _failure(status, body, route)
+        return _object(body, route)
+
+    def request(self, method, route, payload=None, wait=None):
+        """(status, decoded JSON or the raw text when it is not JSON); raises Unavailable on transport failure."""
+        wait = self.timeout if wait is None else wait
+        conn = self._connection(wait)
+        try:
+            conn.request(method, self._prefix + route, **self._encode(payload))
+            reply = conn.getresponse()
+            return reply.status, _decode(reply.read())
+        except (TimeoutError, socket.timeout):
+            raise Unavailable(f"{self.url}: no answer within {wait:g} s") from None
+        except ConnectionRefusedError:
+            raise Unavailable(f"{self.url}: connection refused (is pantheon-serve running?)") from None
+        except socket.gaierror as e:
+            raise Unavailable(f"{self.url}: cannot resolve {self._host}: {e.strerror}") from None
+        except (http.client.HTTPException, OSError) as e:
+            raise Unavailable(f"{self.url}: {type(e).__name__}: {e}") from None
+        finally:
+            conn.close()
+
+    def _connection(self, wait):
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        return cls(self._host, self._port, timeout=wait)
+
+    def _encode(self, payload):
+        headers = {"Accept": "application/json", "User-Agent": f"pantheon-ctl/{__version__}"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        if payload is None:
+            return {"headers": headers}
+        headers["Content-Type"] = "application/json"
+        return {"headers": headers, "body": json.dumps(payload).encode()}
+
+
+def _decode(raw):
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _object(body, route):
+    if not isinstance(body, dict):
+        raise Unavailable(f"{route}: the server's answer is not a JSON object: {_snippet(body)}")
+    return body
+
+
+def _failure(status, body, route):
+    """The typed error for a non-success answer, carrying the server's error.message."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        code = f" {err['code']}" if err.get("code") else ""
+        message = f"HTTP {status}{code}: {err['message']}"
+    else:
+        message = f"HTTP {status} from {route}: {_snippet(body)}"
+    cls = Refused if 400 <= status < 500 else Unavailable
+    return cls(message, status, body if isinstance(body, dict) else None)
+
+
+def _snippet(body):
+    text = body if isinstance(body, str) else json.dumps(body)
+    text = text.strip() or "(empty)"
+    return text if len(text) <= _SNIPPET else text[:_SNIPPET] + "..."
