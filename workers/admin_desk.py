@@ -113,8 +113,8 @@ class AdminDesk:
             config_from_metadata(open_gguf(spec.path).metadata)
         except PantheonError as e:
             raise Refusal(400, "invalid_model", str(e), param="path") from None
-        verdict = self.sup.fit_verdict(spec.path, spec.dies, spec.ctx_cap or 4096, slots)
-        if verdict is not None and verdict.kind == "DOES-NOT-FIT":
+        verdict = self.sup.fit_verdict(spec.path, spec.dies, spec.ctx_cap or 4096, slots, spec.max_sessions)
+        if verdict.kind in ("DOES-NOT-FIT", "REFUSED"):
             raise Refusal(409, "does_not_fit", f"{spec.name} does not fit: {verdict.reason}",
                           estimate=_numbers(verdict))
 

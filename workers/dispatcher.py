@@ -15,6 +15,8 @@ from workers import protocol
 from workers.tables import DIE_UP, SLOT_LOADED, text
 
 ACK = b"\x01"
+CRITICAL = 3  # pantheon.memory.PressureLevel.CRITICAL, as stored in the instance record
+CRITICAL_RETRY_S = 5
 QUEUED = 255
 
 
@@ -104,8 +106,10 @@ class Dispatcher:
         except Exception as e:
             return self._error(front, msg.request_id, protocol.E_BAD_REQUEST, f"malformed request: {e}")
         p = Pending(msg.request_id, job.slot, front, job.session, body)
+        if self.tables.instance[0]["pressure"] >= CRITICAL:
+            return self._error(front, p.rid, protocol.E_UNAVAILABLE, f"{CRITICAL_RETRY_S}|memory pressure is CRITICAL")
         if self.tables.read_slot(job.slot)["state"] != SLOT_LOADED or not self.replicas(job.slot):
-            return self._error(front, p.rid, protocol.E_UNAVAILABLE, "1")
+            return self._error(front, p.rid, protocol.E_UNAVAILABLE, "1|no live replica of this model")
         if self._try_start(p):
             return self._ack(front, p.rid, p.die)
         queue = self.queued.setdefault(p.slot, deque())
@@ -210,7 +214,7 @@ class Dispatcher:
         """Tell the slot's dies to drop it (they end what still runs with an error); returns that count."""
         aborted = sum(1 for p in self.running.values() if p.slot == slot) + len(self.queued.get(slot, ()))
         for q in self.queued.pop(slot, ()):
-            self._error(q.front, q.rid, protocol.E_UNAVAILABLE, "5")
+            self._error(q.front, q.rid, protocol.E_UNAVAILABLE, "5|the model was unloaded")
         for d in dies:
             self.send_to_die(d, Kind.UNLOAD, slot)
         return aborted

@@ -138,8 +138,9 @@ def _refusal(msg):
     if err.code == protocol.E_OVERLOADED:
         return Overloaded("all replicas are busy and the queue is full", retry_after=float(detail or 1))
     if err.code == protocol.E_UNAVAILABLE:
+        retry, _, text_ = detail.partition("|")
         try:
-            return Unavailable("no live replica of this model", retry_after=float(detail or 1))
+            return Unavailable(text_ or "no live replica of this model", retry_after=float(retry or 1))
         except ValueError:
             return Unavailable(detail, retry_after=1.0)
     if err.code == protocol.E_WORKER_DIED:

@@ -20,11 +20,13 @@ from workers.restarts import RestartPolicy
 from workers.slots import SlotBook
 from ipc import Kind
 from workers.admin_desk import AdminDesk
+from workers.pressure import PressureWatch
 from workers.tables import (DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STARTING, DIE_UP, SLOT_LOADING, SLOT_STATES,
                             text)
 
 GRACE_S = 10.0
-ABORT_GRACE_S = 2.0  # after SIGABRT, a hung worker gets this long to dump its stack before SIGKILL
+ABORT_GRACE_S = 2.0
+FREE_CACHES = 1  # STATUS to a die: drop the prefix caches of idle sessions  # after SIGABRT, a hung worker gets this long to dump its stack before SIGKILL
 
 
 def log(msg):
@@ -77,6 +79,9 @@ class Supervisor:
                                     self.die_list)
         self.book.publish(self.layout.tables)
         self._baseline_vram()
+        self.pressure = PressureWatch(self.config.ops, self.die_list, self.nvml)
+        self.pressure.poll(self.layout.tables.instance[0])
+        self._admit_startup()
         self.sock = bind_listener(self.config.host, self.config.port)
         self.dispatcher = Dispatcher(self.layout)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
@@ -226,6 +231,12 @@ class Supervisor:
                 policy.clear()
                 self.spawn_worker(d)
         self._check_hangs(now)
+        changed = self.pressure.poll(tables.instance[0])
+        if changed:
+            log(f"memory pressure {changed[0].name} -> {changed[1].name}")
+            if self.pressure.frees_caches(changed[1]) and not self.pressure.frees_caches(changed[0]):
+                for d in list(self.workers.values()):
+                    self.dispatcher.commands.put(lambda d=d: self.dispatcher.send_to_die(d, Kind.STATUS, FREE_CACHES))
         for d in self.workers.values():
             rec = tables.dies[d]
             if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
@@ -292,16 +303,36 @@ class Supervisor:
                 "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
                 "in_flight": self.dispatcher.slot_in_flight(i), "ctx": int(rec["ctx_cap"])}
 
-    def fit_verdict(self, path, dies, ctx, slots):
-        """The estimator's verdict against live available RAM; None when no estimator is installed."""
+    def fit_verdict(self, path, dies, ctx, slots, sessions, shared=None):
+        """The estimator's verdict against the RAM available now (the pressure source) and free VRAM;
+        a file the estimator cannot read is a REFUSED verdict naming why."""
+        from types import MappingProxyType
+
+        from pantheon.dies import die_memory
+        from pantheon.errors import GGUFError
+        from pantheon.fit import REFUSED, Verdict, estimate, verdict
+
+        if shared is None:
+            shared = [text(rec["path"]) for _, rec in self.layout.tables.live_slots()]
         try:
-            from pantheon.fit import estimate, verdict
-            from pantheon.memory import available_ram
-        except ImportError:
-            return None
-        shared = [text(rec["path"]) for _, rec in self.layout.tables.live_slots()]
-        return verdict(estimate(path, dies=dies, ctx=ctx, slots=slots, shared_files=shared),
-                       available_ram().available)
+            est = estimate(path, dies=dies, ctx=ctx, slots=slots, shared_files=shared, sessions=sessions)
+        except (GGUFError, OSError) as e:
+            return Verdict(REFUSED, f"{path}: {type(e).__name__}: {e}", MappingProxyType({}))
+        cuda = {d.name: d for d in self.die_list if d.name in est.vram}
+        free = {n: m.total - m.used for n, m in die_memory(cuda, self.nvml).items() if m is not None}
+        available, total = self.pressure.available()
+        return verdict(est, available, total, free)
+
+    def _admit_startup(self):
+        """Every --model passes the same pre-flight as a run-time load, or the instance does not start."""
+        seen = []
+        for s in self.book.slots:
+            names = [self.die_list[d].name for d in range(len(self.die_list)) if s["dies"] >> d & 1]
+            v = self.fit_verdict(s["path"], names, s["ctx_cap"] or 4096, s["batch_slots"], s["max_sessions"],
+                                 shared=seen)
+            if v.kind in ("DOES-NOT-FIT", "REFUSED"):
+                raise UsageError(f"model {s['name']!r} cannot be admitted:\n{v.table()}")
+            seen.append(s["path"])
 
 
 def _signal(pid, sig):

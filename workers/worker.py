@@ -88,13 +88,16 @@ class DieWorker:
             self._load([msg.request_id], self.threads)
         elif msg.kind == Kind.UNLOAD:
             self._unload(msg.request_id)
+        elif msg.kind == Kind.STATUS:
+            for engine in self.engines.values():
+                engine.sessions.clear()  # memory pressure: idle sessions' caches go first
         elif msg.kind == Kind.SHUTDOWN:
             sys.exit(protocol.EXIT_OK)
 
     def _unload(self, slot):
         """Drop a model: whatever still runs on it ends with a clear error, then its memory goes."""
         for rid in [r for r, s in self.owner.items() if s == slot]:
-            self._fail(rid, protocol.E_UNAVAILABLE, "the model was unloaded")
+            self._fail(rid, protocol.E_UNAVAILABLE, "5|the model was unloaded")
             self.owner.pop(rid)
             self.rec["in_flight"] -= 1
         self.engines.pop(slot, None)
