@@ -176,6 +176,10 @@ class Dispatcher:
 
     def fail_die(self, die, detail):
         """Die `die` is gone: end its requests with E_WORKER_DIED, drop what it had not read, forget its caches."""
+        msg = self.from_dies[die].poll()
+        while msg is not None:  # its last words first: DONE notices of finished requests, load errors
+            self._from_die(die, msg)
+            msg = self.from_dies[die].poll()
         for rid, p in list(self.running.items()):
             if p.die == die:
                 del self.running[rid]

@@ -89,7 +89,10 @@ class SlotBook:
             return SLOT_FAILED
         return SLOT_LOADING
 
-    def die_failed(self, tables, d, detail):
+    def die_failed(self, tables, d, detail, notes=()):
+        """Slots left with no live die fail; the reason is the die's own word on the slot (its load
+        error) when it sent one, else `detail` (how its worker exited)."""
+        reasons = {slot: msg for die, slot, msg in notes if die == d}
         for i in self.slots_on(d):
             if self._state(tables, i, self.slots[i]["dies"]) == SLOT_FAILED:
-                tables.write_slot(i, state=SLOT_FAILED, reason=detail[:250])
+                tables.write_slot(i, state=SLOT_FAILED, reason=reasons.get(i, detail)[:250])

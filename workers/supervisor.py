@@ -226,10 +226,7 @@ class Supervisor:
     def _watch(self):
         now = time.monotonic()
         tables = self.layout.tables
-        for d, policy in self.restarts.items():
-            if policy.due(now) and d not in self.workers.values() and self._memory_back(d):
-                policy.clear()
-                self.spawn_worker(d)
+        self._restart_due(now)
         self._check_hangs(now)
         changed = self.pressure.poll(tables.instance[0])
         if changed:
@@ -243,6 +240,13 @@ class Supervisor:
                 rec["state"] = DIE_UP
         self.book.refresh(tables, self.dispatcher.status_notes)
         self._admin()
+
+    def _restart_due(self, now):
+        """Start the replacement of every die whose backoff has passed and whose memory is back."""
+        for d, policy in self.restarts.items():
+            if policy.due(now) and d not in self.workers.values() and self._memory_back(d):
+                policy.clear()
+                self.spawn_worker(d)
 
     def _check_hangs(self, now):
         """A live worker whose heartbeat is stale is hung: SIGABRT (faulthandler dumps its stack), then SIGKILL."""

@@ -33,6 +33,7 @@ class DieWorker:
         self.engines = {}
         self.owner = {}  # request id -> slot
         self.threads = threads
+        self.assigned = list(slots)
         self._load(slots, threads)
 
     def _load(self, slots, threads):
@@ -56,8 +57,8 @@ class DieWorker:
         self.to_sup.send(Kind.STATUS, slot, 0, message.encode()[:400], timeout=1.0)
 
     def run(self):
-        if not self.engines:
-            return protocol.EXIT_BAD_MODEL
+        if self.assigned and not self.engines:
+            return protocol.EXIT_BAD_MODEL  # every model placed here failed to open: do not crash-loop
         beat = heartbeat_interval()
         next_beat = 0.0
         while True:
@@ -101,8 +102,8 @@ class DieWorker:
             self.owner.pop(rid)
             self.rec["in_flight"] -= 1
         self.engines.pop(slot, None)
-        self.rec["loaded"] &= ~(1 << slot)
-        self.rec["failed"] &= ~(1 << slot)
+        self.rec["loaded"] = int(self.rec["loaded"]) & ~(1 << slot)
+        self.rec["failed"] = int(self.rec["failed"]) & ~(1 << slot)
 
     def _submit(self, msg):
         from pantheon.engine import Request
