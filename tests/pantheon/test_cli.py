@@ -1,0 +1,109 @@
+"""bin/pantheon as a user runs it: one-shot, chat on piped stdin and a pseudo-terminal, every flag."""
+
+import json
+import os
+import pathlib
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import shared_path
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PANTHEON = [sys.executable, str(ROOT / "bin" / "pantheon")]
+
+
+def run(*args, stdin=None, timeout=300):
+    return subprocess.run(PANTHEON + list(args), input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def english_share(text):
+    """Share of words that appear in CPython's bundled documentation (the demo model's corpus)."""
+    import pydoc_data.topics
+
+    vocab = set(re.findall(r"[a-z]+", " ".join(pydoc_data.topics.topics.values()).lower()))
+    words = re.findall(r"[a-z]+", text.lower())
+    return sum(w in vocab for w in words) / max(1, len(words)), len(words)
+
+
+def test_demo_model_prints_english_words():
+    out = run("--prompt", "The meaning of", "--max-tokens", "20", "--seed", "1")
+    assert out.returncode == 0, out.stderr
+    share, n = english_share(out.stdout)
+    assert n >= 5 and share >= 0.8, out.stdout
+
+
+def test_bench_reports_json_last_on_stderr():
+    out = run("--prompt", "Hello", "--max-tokens", "8", "--bench", "--temperature", "0")
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stderr.strip().splitlines()[-1])
+    assert set(stats) >= {"prompt_tokens", "prefill_tokens_per_s", "generated_tokens", "decode_tokens_per_s",
+                          "peak_rss_mb"}
+    assert 1 <= stats["generated_tokens"] <= 8 and stats["peak_rss_mb"] > 0
+
+
+def test_every_flag_is_accepted():
+    model = str(shared_path("golden", "llama-f16.gguf"))
+    out = run("--model", model, "--prompt", "Hi", "--raw", "--max-tokens", "3", "--temperature", "0.5",
+              "--top-p", "0.8", "--top-k", "5", "--seed", "3", "--threads", "1", "--quantize", "--bench")
+    assert out.returncode == 0, out.stderr
+    same = run("--model", model, "--prompt", "Hi", "--raw", "--max-tokens", "3", "--temperature", "0.5",
+               "--top-p", "0.8", "--top-k", "5", "--seed", "3", "--threads", "1", "--quantize")
+    assert same.stdout == out.stdout  # same seed, same text
+
+
+def test_version_and_backend():
+    out = run("--version")
+    assert out.returncode == 0 and re.fullmatch(r"Pantheon v\S+\nbackend=cpu build=\S+\n", out.stdout)
+    assert run("--backend").stdout == "cpu\n"
+    assert "usage: pantheon" in run("-h").stdout
+
+
+@pytest.mark.parametrize("args", [["--bogus"], ["--max-tokens", "0"], ["--max-tokens", "ten"],
+                                  ["--temperature", "hot"], ["--config", "c.json"], ["--vocab", "v.txt"],
+                                  ["--threads", "-1"]])
+def test_bad_flags_exit_with_usage(args):
+    out = run(*args)
+    assert out.returncode == 2 and "usage: pantheon" in out.stderr
+
+
+def test_bad_values_and_files_are_clear_errors(tmp_path):
+    assert "temperature" in run("--temperature", "-1").stderr
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"nope")
+    out = run("--model", str(bad))
+    assert out.returncode == 1 and "GGUF magic" in out.stderr
+
+
+def test_chat_on_piped_stdin_keeps_context():
+    out = run("--chat", "--system", "Be brief.", "--max-tokens", "6", "--temperature", "0",
+              stdin="What is a list?\nAnd a tuple?\n")
+    assert out.returncode == 0, out.stderr
+    assert len([line for line in out.stdout.split("\n") if line.strip()]) >= 2
+
+
+def test_chat_through_a_pseudo_terminal():
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, PANTHEON + ["--chat", "--max-tokens", "5", "--temperature", "0"])
+    seen = read_until(fd, b"> ", 120)
+    os.write(fd, b"What is a class?\n")
+    seen += read_until(fd, b"> ", 120)
+    os.write(fd, b"\x04")  # end of input
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert seen.count(b"> ") >= 2
+
+
+def read_until(fd, marker, timeout):
+    got, deadline = b"", time.monotonic() + timeout
+    while marker not in got:
+        assert time.monotonic() < deadline, got
+        if select.select([fd], [], [], 1)[0]:
+            got += os.read(fd, 4096)
+    return got
