@@ -286,6 +286,7 @@ class RingAdmin:
 
     def __init__(self, backend):
         self.backend, self.tables, self.layout = backend, backend.tables, backend.layout
+        self._estimates = {}
 
     def _die_names(self, mask):
         return [d.name for i, d in enumerate(self.layout.die_list) if int(mask) >> i & 1]
@@ -293,7 +294,23 @@ class RingAdmin:
     def describe(self, i, rec):
         return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": self._die_names(rec["dies"]),
                 "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
-                "in_flight": int(self.tables.slot_in_flight[i]), "ctx": int(rec["ctx_cap"])}
+                "in_flight": int(self.tables.slot_in_flight[i]), "ctx": int(rec["ctx_cap"]),
+                "memory": self._memory(i, rec)}
+
+    def _memory(self, i, rec):
+        """The estimator's parts for this slot (bytes), computed once per slot version from the GGUF header."""
+        key = (i, int(rec["version"]))
+        if key not in self._estimates:
+            from pantheon.fit import estimate
+
+            try:
+                est = estimate(text(rec["path"]), dies=self._die_names(rec["dies"]) or ("cpu0",),
+                               ctx=int(rec["ctx_cap"]) or 4096, slots=max(1, int(rec["batch_slots"])),
+                               sessions=int(rec["max_sessions"]))
+                self._estimates[key] = {k: int(v) for k, v in est.parts().items()}
+            except Exception as e:  # an unreadable file is already reported by the slot's state
+                self._estimates[key] = {"error": str(e)}
+        return self._estimates[key]
 
     def admin_models(self):
         return [self.describe(i, rec) for i, rec in self.tables.live_slots()]
@@ -334,18 +351,31 @@ class RingAdmin:
         return json.loads(bytes(msg.payload))
 
     def admin_load(self, body):
+        """Block until the model is loaded (200 {"model"}), failed (422) or the timeout passed (504)."""
+        for event in self.load_progress(body):
+            final = event
+        return final
+
+    def load_progress(self, body):
+        """Yield {"state", "elapsed_s"} about every half second while loading, then the final {"model"}.
+        Refusals and failures raise AdminRefused (before the first event when refused up front)."""
         from pantheon.http.admin import AdminRefused
 
         timeout = body.get("timeout", 600) if isinstance(body.get("timeout", 600), (int, float)) else 600
+        started = time.monotonic()
         slot = self._ask(Kind.LOAD, body, 60)["slot"]
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        next_report = 0.0
+        while time.monotonic() - started < timeout:
             rec = self.tables.read_slot(slot)
             if rec["state"] == SLOT_LOADED:
-                return {"model": self.describe(slot, rec)}
+                yield {"model": self.describe(slot, rec)}
+                return
             if rec["state"] == SLOT_FAILED:
                 raise AdminRefused(422, _admin_error(f"the model could not be loaded: {text(rec['reason'])}",
                                                      "load_failed", model=self.describe(slot, rec)))
+            if time.monotonic() >= next_report:
+                next_report = time.monotonic() + 0.5
+                yield {"state": SLOT_STATES[rec["state"]], "elapsed_s": round(time.monotonic() - started, 2)}
             time.sleep(0.05)
         raise AdminRefused(504, _admin_error(f"still loading after {timeout} s", "timeout"))
 

@@ -218,10 +218,15 @@ class Supervisor:
         log(detail)
         if code == protocol.EXIT_BAD_MODEL or not self.restarts[d].allow():
             rec["state"] = DIE_FAILED
-            self.book.die_failed(self.layout.tables, d, detail)
+            self.dispatcher.commands.put(lambda: self._after_notes(d, detail))
             return
         rec["restarts"] += 1
         self.restarts[d].schedule(time.monotonic())
+
+    def _after_notes(self, d, detail):
+        """On the dispatcher thread, after fail_die read the die's last notes: fail its slots with the cause."""
+        notes = list(self.dispatcher.status_notes)
+        self.main_inbox.put(lambda: self.book.die_failed(self.layout.tables, d, detail, notes))
 
     def _watch(self):
         now = time.monotonic()

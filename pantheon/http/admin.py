@@ -2,6 +2,7 @@
 
 import hmac
 import ipaddress
+import json
 
 from pantheon.http import validate
 from pantheon.http.errors import RequestError
@@ -76,8 +77,30 @@ class AdminDies(_Admin):
 
 
 class AdminLoad(_Admin):
+    """{"stream": true} answers with SSE progress events ({"state", "elapsed_s"}) then the final {"model"}."""
+
     def on_post(self, req, resp):
-        self._call(resp, self.admin.admin_load, self._body(req))
+        body = self._body(req)
+        if body.pop("stream", False) is not True:
+            return self._call(resp, self.admin.admin_load, body)
+        events = self.admin.load_progress(body)
+        try:
+            first = next(events)  # a refusal up front is still a plain HTTP error
+        except AdminRefused as e:
+            resp.status, resp.media = e.status, e.body
+            return
+        resp.content_type = "text/event-stream"
+        resp.stream = _sse(first, events)
+
+
+def _sse(first, events):
+    yield f"data: {json.dumps(first)}\n\n".encode()
+    try:
+        for event in events:
+            yield f"data: {json.dumps(event)}\n\n".encode()
+    except AdminRefused as e:
+        yield f"data: {json.dumps(e.body)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
 
 
 class AdminUnload(_Admin):

@@ -86,6 +86,18 @@ def test_load_serve_unload(server):
     assert [m["id"] for m in json.loads(raw)["data"]] == ["base"]
 
 
+def test_load_reports_progress_when_streamed(server):
+    status, raw, headers = server.request("POST", "/admin/models/load",
+                                          {"path": "llama-q4_0.gguf", "name": "streamed", "stream": True},
+                                          headers=ADMIN, timeout=120)
+    events = [json.loads(line[6:]) for line in raw.decode().splitlines()
+              if line.startswith("data: {")]
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    assert events[0]["state"] == "loading" and events[-1]["model"]["state"] == "loaded"
+    assert events[-1]["model"]["memory"]["weights"] > 0
+    assert admin(server, "POST", "/admin/models/unload", {"name": "streamed"})[0] == 200
+
+
 @pytest.mark.parametrize("body,status,code", [
     ({"path": "missing.gguf"}, 400, "invalid_path"),
     ({"path": "notes.txt"}, 400, "invalid_model"),
