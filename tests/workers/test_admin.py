@@ -224,3 +224,18 @@ def test_admin_disabled_on_a_public_bind_without_a_token():
         assert status == 403 and json.loads(raw)["error"]["code"] == "admin_disabled"
     finally:
         srv.stop()
+
+
+def test_deploy_script_brings_up_a_fleet(server, models_dir, tmp_path):
+    fleet = tmp_path / "fleet.txt"
+    fleet.write_text("# name path dies ctx slots\n"
+                     f"one {models_dir / 'llama-q4_0.gguf'} cpu1 512 2\n\n"
+                     f"two {models_dir / 'qwen2-q8_0.gguf'} cpu1\n")
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    out = subprocess.run(["bash", str(ROOT / "examples" / "deploy.sh"), str(fleet), "--token-file", str(token)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PANTHEON_URL": server.url})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert {"one", "two"} <= set(names(server))
+    for name in ("one", "two"):
+        assert admin(server, "POST", "/admin/models/unload", {"name": name})[0] == 200
