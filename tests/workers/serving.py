@@ -38,13 +38,15 @@ class Server:
         raise RuntimeError("pantheon-serve did not listen in time")
 
     def _await_health(self, timeout):
+        """Until every model given on the command line has settled (loaded or failed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            status, _ = self.get("/health")
-            if status == 200:
+            status, body = self.get("/health")
+            models = json.loads(body)["models"] if body else {}
+            if status == 200 and all(m["state"] in ("loaded", "failed") for m in models.values()):
                 return
-            time.sleep(0.2)
-        raise RuntimeError("pantheon-serve never became healthy")
+            time.sleep(0.1)
+        raise RuntimeError("pantheon-serve never became healthy:\n" + "".join(self.lines))
 
     def request(self, method, path, body=None, headers=None, timeout=60):
         data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
