@@ -150,10 +150,10 @@ class Dispatcher:
         if p is not None:
             self.to_die[p.die].send(Kind.CANCEL, rid, 0, timeout=5.0)
             return
-        for slot, queue in self.queued.items():
-            for q in list(queue):
+        for waiting in self.queued.values():
+            for q in list(waiting):
                 if q.rid == rid:
-                    queue.remove(q)
+                    waiting.remove(q)
                     self._error(q.front, rid, protocol.E_BAD_REQUEST, "cancelled while queued")
 
     def _done(self, rid):

@@ -8,7 +8,8 @@ import time
 from pantheon.http.app import create_app
 from pantheon.metrics import Recorder
 from pantheon.http.admin import admin_enabled
-from workers.ring_backend import RingAdmin, RingBackend
+from workers.ring_admin import RingAdmin
+from workers.ring_backend import RingBackend
 
 THREADS = 16
 DRAIN_S = 10.0

@@ -1,0 +1,199 @@
+"""Crash recovery, one fault at a time: crash loop, bad model, hangs, a killed front, a killed supervisor."""
+
+import http.client
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from ipc import owned_entries
+from tests.ggufcraft import rewrite
+from tests.workers.chaos_kit import (ChaosServer, Oracle, all_up, counting_model, dies, fronts, gone,
+                                     replicated_server, stream, tree, wait_for)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return counting_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def oracle(model):
+    return Oracle(model)
+
+
+@pytest.fixture
+def servers():
+    made = []
+    yield made
+    for srv in made:
+        srv.kill_tree()
+
+
+def start(servers, model, **env):
+    srv = replicated_server(model, env)
+    servers.append(srv)
+    assert wait_for(lambda: all_up(srv), 30), dies(srv)  # /health is 200 as soon as one replica is up
+    return srv
+
+
+def assert_serves(server, oracle, start_id=700, n=50):
+    out = stream(server.url, start_id, n)
+    assert out.ended_once() and out.status == 200 and out.text == oracle.text(start_id, n), out
+
+
+def restarted(server, name, old_pid, timeout=15):
+    return wait_for(lambda: (lambda d: d["pid"] not in (0, old_pid) and d["state"] == "up" and d)(
+        dies(server)[name]), timeout)
+
+
+def test_crash_loop_marks_the_die_failed_and_the_other_die_serves_on(servers, model, oracle):
+    srv = start(servers, model, PANTHEON_RESTART_INTENSITY="2", PANTHEON_RESTART_PERIOD="60")
+    other = dies(srv)["cpu1"]
+    gaps = []
+    for _ in range(2):
+        pid = dies(srv)["cpu0"]["pid"]
+        struck = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        assert restarted(srv, "cpu0", pid), dies(srv)["cpu0"]
+        gaps.append(time.monotonic() - struck)
+    os.kill(dies(srv)["cpu0"]["pid"], signal.SIGKILL)  # the third crash within the period: over the limit
+    failed = wait_for(lambda: (lambda d: d["state"] == "failed" and d)(dies(srv)["cpu0"]), 10)
+    assert failed and failed["restarts"] == 2 and failed["pid"] == 0, failed
+    assert gaps[1] > gaps[0] and gaps[1] >= 1.0, f"no exponential backoff: {gaps}"
+    time.sleep(3)
+    assert dies(srv)["cpu0"]["state"] == "failed", "a FAILED die was restarted"
+    healthy = dies(srv)["cpu1"]
+    assert (healthy["pid"], healthy["restarts"], healthy["state"]) == (other["pid"], 0, "up"), healthy
+    status, body = srv.get("/health")
+    health = json.loads(body)
+    assert status == 200 and health["dies"] == {"cpu0": "failed", "cpu1": "up"}, body
+    assert health["models"]["count"]["state"] == "loaded" and health["models"]["count"]["replicas"] == 1, body
+    assert_serves(srv, oracle)
+
+
+def test_a_model_that_cannot_boot_fails_with_its_reason_not_a_crash_loop(servers, model, oracle, tmp_path):
+    # the header passes admission; the worker finds the shape wrong when it maps the weights
+    bad = rewrite(model, tmp_path / "broken.gguf", tensor_arrays={"output_norm.weight": np.ones(32, np.float32)})
+    srv = ChaosServer(["--cpu-dies", "2", "--http-workers", "1", "--model", model, "--name", "count", "--dies", "cpu0",
+                       "--model", str(bad), "--name", "broken", "--dies", "cpu1"], env={})
+    servers.append(srv)
+    failed = wait_for(lambda: (lambda d: d["state"] == "failed" and d)(dies(srv)["cpu1"]), 20)
+    assert failed and failed["restarts"] == 0, dies(srv)
+    time.sleep(2)
+    assert dies(srv)["cpu1"]["restarts"] == 0 and dies(srv)["cpu1"]["state"] == "failed"
+    models = json.loads(srv.get("/health")[1])["models"]
+    assert models["broken"]["state"] == "failed" and "ShapeMismatch" in models["broken"]["reason"], models
+    assert models["count"]["state"] == "loaded"
+    assert_serves(srv, oracle)
+
+
+def test_a_hung_worker_dumps_its_stack_on_sigabrt_and_is_replaced(servers, model, oracle):
+    srv = start(servers, model, PANTHEON_HANG_TIMEOUT="2")
+    pid = dies(srv)["cpu0"]["pid"]
+    struck = time.monotonic()
+    os.kill(pid, signal.SIGUSR2)  # chaos hook: the main thread sleeps inside a handler; the heartbeat stops
+    assert restarted(srv, "cpu0", pid), dies(srv)["cpu0"]
+    took = time.monotonic() - struck
+    log = srv.log()
+    assert f"(pid {pid}) missed its heartbeat" in log and "SIGABRT" in log
+    dump = log[log.index("Fatal Python error: Aborted"):]
+    assert "most recent call first" in dump and "worker.py" in dump, dump[:2000]
+    assert f"(pid {pid}) exited with -6" in log  # faulthandler re-raised the SIGABRT
+    assert 2 <= took < 10, took
+    assert dies(srv)["cpu0"]["restarts"] == 1
+    assert_serves(srv, oracle)
+
+
+def test_a_worker_deaf_to_sigabrt_gets_sigkill(servers, model, oracle):
+    srv = start(servers, model, PANTHEON_HANG_TIMEOUT="2")
+    pid = dies(srv)["cpu1"]["pid"]
+    os.kill(pid, signal.SIGSTOP)  # a stopped process cannot act on SIGABRT
+    assert wait_for(lambda: f"(pid {pid}) missed its heartbeat" in srv.log(), 10)
+    aborted = time.monotonic()
+    assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    assert restarted(srv, "cpu1", pid), dies(srv)["cpu1"]
+    assert time.monotonic() - aborted >= 1.5, "SIGKILL came without the grace after SIGABRT"
+    assert f"(pid {pid}) exited with -9" in srv.log()
+    assert_serves(srv, oracle)
+
+
+def _open(server, start_id, n):
+    conn = http.client.HTTPConnection(server.url.split("//")[1], timeout=60)
+    conn.request("POST", "/v1/completions", json.dumps({
+        "model": "count", "prompt": [start_id], "max_tokens": n, "temperature": 0, "stream": True}),
+        {"Content-Type": "application/json"})
+    conn.local_port = conn.sock.getsockname()[1]
+    resp = conn.getresponse()
+    assert resp.status == 200
+    while not resp.readline().startswith(b"data: "):
+        pass
+    return conn, resp
+
+
+def _front_of(server, conn):
+    """The front process holding the server side of our connection."""
+    port = conn.local_port
+    for pid in fronts(server):
+        if any(c.raddr and c.raddr.port == port for c in psutil.Process(pid).net_connections("tcp")):
+            return pid
+    raise AssertionError("no front holds the connection")
+
+
+def _in_flight(server):
+    return sum(d["in_flight"] for d in dies(server).values())
+
+
+def test_a_killed_front_is_respawned_and_its_requests_are_aborted(servers, model, oracle):
+    srv = start(servers, model)
+    t0 = time.monotonic()
+    assert_serves(srv, oracle, 300, 300)
+    full_s = (time.monotonic() - t0) * 3000 / 300
+    before = fronts(srv)
+    conn, resp = _open(srv, 400, 3000)
+    victim = _front_of(srv, conn)
+    assert _in_flight(srv) == 1
+    os.kill(victim, signal.SIGKILL)
+    killed = time.monotonic()
+    rest = b""
+    with pytest.raises((http.client.IncompleteRead, ConnectionError)):
+        while True:
+            line = resp.readline()
+            if not line:
+                raise ConnectionError("closed")
+            rest += line
+    assert b"[DONE]" not in rest
+    assert wait_for(lambda: _in_flight(srv) == 0, full_s / 3), "the worker kept generating for a dead front"
+    assert time.monotonic() - killed < full_s / 3
+    now = wait_for(lambda: (lambda f: len(f) == len(before) and victim not in f and f)(fronts(srv)), 10)
+    assert now and set(now) - set(before), (before, now)
+    assert dies(srv)["cpu0"]["restarts"] == dies(srv)["cpu1"]["restarts"] == 0
+    for k in range(4):  # new connections land on either front; all of them work
+        assert_serves(srv, oracle, 900 + k, 30)
+
+
+def test_a_killed_supervisor_takes_every_child_and_the_next_start_is_clean(servers, model, oracle):
+    srv = start(servers, model)
+    outs = []
+    clients = [threading.Thread(target=lambda s=s: outs.append(stream(srv.url, s, 3000))) for s in (300, 600)]
+    for t in clients:
+        t.start()
+    assert wait_for(lambda: _in_flight(srv) == 2, 10)
+    pids = [p.pid for p in tree(srv.proc.pid)]
+    assert len(pids) == 5  # supervisor, two fronts, two workers
+    os.kill(srv.proc.pid, signal.SIGKILL)
+    srv.proc.wait()
+    assert gone(pids, 5), [p for p in pids if psutil.pid_exists(p)]
+    for t in clients:
+        t.join(30)
+    assert len(outs) == 2 and all(o.broken and not o.dones for o in outs), outs
+    assert owned_entries(srv.proc.pid) == []
+    again = start(servers, model)
+    assert wait_for(lambda: all_up(again), 20)
+    assert_serves(again, oracle)
+    assert again.stop() == 0 and owned_entries(again.proc.pid) == []

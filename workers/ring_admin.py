@@ -1,0 +1,123 @@
+"""The admin API inside a front: reads the shared tables, asks the supervisor to load and unload."""
+
+import json
+import queue
+import time
+
+from ipc import Kind
+from ipc.messages import decode_error
+from workers.tables import SLOT_FAILED, SLOT_LOADED, SLOT_STATES, text
+
+
+class _Mailbox:
+    """Receives the supervisor's one reply to an admin request."""
+
+    def __init__(self, events):
+        self.events = events
+
+
+class RingAdmin:
+    """The admin API inside a front: reads the shared tables, asks the supervisor to load and unload."""
+
+    def __init__(self, backend):
+        self.backend, self.tables, self.layout = backend, backend.tables, backend.layout
+        self._estimates = {}
+
+    def _die_names(self, mask):
+        return [d.name for i, d in enumerate(self.layout.die_list) if int(mask) >> i & 1]
+
+    def describe(self, i, rec):
+        return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": self._die_names(rec["dies"]),
+                "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
+                "in_flight": int(self.tables.slot_in_flight[i]), "ctx": int(rec["ctx_cap"]),
+                "memory": self._memory(i, rec)}
+
+    def _memory(self, i, rec):
+        """The estimator's parts for this slot (bytes), computed once per slot version from the GGUF header."""
+        key = (i, int(rec["version"]))
+        if key not in self._estimates:
+            from pantheon.fit import estimate
+
+            try:
+                est = estimate(text(rec["path"]), dies=self._die_names(rec["dies"]) or ("cpu0",),
+                               ctx=int(rec["ctx_cap"]) or 4096, slots=max(1, int(rec["batch_slots"])),
+                               sessions=int(rec["max_sessions"]))
+                self._estimates[key] = {k: int(v) for k, v in est.parts().items()}
+            except Exception as e:  # an unreadable file is already reported by the slot's state
+                self._estimates[key] = {"error": str(e)}
+        return self._estimates[key]
+
+    def admin_models(self):
+        return [self.describe(i, rec) for i, rec in self.tables.live_slots()]
+
+    def admin_dies(self):
+        from workers.tables import DIE_STATES, PRESSURE_LEVELS
+
+        inst = self.tables.instance[0]
+        out = []
+        for i, die in enumerate(self.layout.die_list):
+            rec = self.tables.dies[i]
+            models = [text(r["name"]) for _, r in self.tables.live_slots() if int(r["dies"]) >> i & 1]
+            out.append({"name": die.name, "kind": die.kind, "cores": list(die.cores or ()),
+                        "gpu": {"name": die.device_name, "uuid": die.uuid} if die.kind == "cuda" else None,
+                        "ram": {"total": int(inst["ram_total"]), "available": int(inst["ram_available"])},
+                        "vram": None, "models": models, "pid": int(rec["pid"]), "restarts": int(rec["restarts"]),
+                        "in_flight": int(rec["in_flight"]), "state": DIE_STATES[rec["state"]]})
+        return {"dies": out, "pressure": {"level": PRESSURE_LEVELS[inst["pressure"]],
+                                          "ram_available": int(inst["ram_available"])}}
+
+    def _ask(self, kind, body, timeout):
+        """Send an admin record to the supervisor and wait for its STATUS (JSON) or ERROR (status, JSON)."""
+        from pantheon.http.admin import AdminRefused
+
+        rid = self.backend.new_id()
+        reply = queue.Queue()
+        self.backend.register(rid, _Mailbox(reply))
+        try:
+            self.backend.send(kind, rid, json.dumps(body).encode())
+            msg = reply.get(timeout=timeout)
+        except queue.Empty:
+            raise AdminRefused(504, _admin_error("the supervisor did not answer in time", "timeout")) from None
+        finally:
+            self.backend.forget(rid)
+        if msg.kind == Kind.ERROR:
+            err = decode_error(bytes(msg.payload))
+            raise AdminRefused(err.code, json.loads(err.detail))
+        return json.loads(bytes(msg.payload))
+
+    def admin_load(self, body):
+        """Block until the model is loaded (200 {"model"}), failed (422) or the timeout passed (504)."""
+        for event in self.load_progress(body):
+            final = event
+        return final
+
+    def load_progress(self, body):
+        """Yield {"state", "elapsed_s"} about every half second while loading, then the final {"model"}.
+        Refusals and failures raise AdminRefused (before the first event when refused up front)."""
+        from pantheon.http.admin import AdminRefused
+
+        timeout = body.get("timeout", 600) if isinstance(body.get("timeout", 600), (int, float)) else 600
+        started = time.monotonic()
+        slot = self._ask(Kind.LOAD, body, 60)["slot"]
+        next_report = 0.0
+        while time.monotonic() - started < timeout:
+            rec = self.tables.read_slot(slot)
+            if rec["state"] == SLOT_LOADED:
+                yield {"model": self.describe(slot, rec)}
+                return
+            if rec["state"] == SLOT_FAILED:
+                raise AdminRefused(422, _admin_error(f"the model could not be loaded: {text(rec['reason'])}",
+                                                     "load_failed", model=self.describe(slot, rec)))
+            if time.monotonic() >= next_report:
+                next_report = time.monotonic() + 0.5
+                yield {"state": SLOT_STATES[rec["state"]], "elapsed_s": round(time.monotonic() - started, 2)}
+            time.sleep(0.05)
+        raise AdminRefused(504, _admin_error(f"still loading after {timeout} s", "timeout"))
+
+    def admin_unload(self, body):
+        timeout = body.get("timeout", 30) if isinstance(body.get("timeout", 30), int) else 30
+        return self._ask(Kind.UNLOAD, body, timeout + 60)
+
+
+def _admin_error(message, code, **extra):
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code, "param": None, **extra}}
