@@ -379,6 +379,7 @@ class Operations:
     pressure_file: Optional[str] = None  # PANTHEON_PRESSURE_FILE: "available total" bytes, for tests
     restart_intensity: int = 5  # PANTHEON_RESTART_INTENSITY: more restarts than this per period -> FAILED
     restart_period: float = 60.0  # PANTHEON_RESTART_PERIOD: seconds
+    boot_timeout: float = 900.0  # PANTHEON_BOOT_TIMEOUT: a die still loading its models after this is killed
 
 
 def _env_number(environ, name, default, kind, hi):
@@ -397,7 +398,8 @@ def operations_from_env(environ=os.environ):
                       environ.get("PANTHEON_CHAOS_HOOKS", "").strip() == "1",
                       environ.get("PANTHEON_PRESSURE_FILE") or None,
                       _env_number(environ, "PANTHEON_RESTART_INTENSITY", 5, int, 100000),
-                      _env_number(environ, "PANTHEON_RESTART_PERIOD", 60.0, float, 86400))
+                      _env_number(environ, "PANTHEON_RESTART_PERIOD", 60.0, float, 86400),
+                      _env_number(environ, "PANTHEON_BOOT_TIMEOUT", 900.0, float, 86400))
 
 
 def cuda_device_order(environ=os.environ):

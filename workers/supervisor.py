@@ -65,6 +65,7 @@ class Supervisor:
         self.admin_queue = collections.deque()
         self.desk = AdminDesk(self)
         self.aborted = {}  # die -> when a hung worker was sent SIGABRT
+        self.started = {}  # die -> when its current worker was forked
         self.nvml = nvml
         self.reclaims = {}
 
@@ -142,6 +143,7 @@ class Supervisor:
         rec["heartbeat"] = 0.0
         rec["state"] = DIE_STARTING
         rec["generation"] += 1
+        self.started[d] = time.monotonic()
         pid = self._fork(worker_main, self.layout, d, self.die_list[d], self.book.slots_on(d), self.config.ops)
         rec["pid"] = pid
         self.workers[pid] = d
@@ -257,6 +259,11 @@ class Supervisor:
         """A live worker whose heartbeat is stale is hung: SIGABRT (faulthandler dumps its stack), then SIGKILL."""
         for pid, d in list(self.workers.items()):
             rec = self.layout.tables.dies[d]
+            if rec["state"] == DIE_STARTING and now - self.started.get(d, now) > self.config.ops.boot_timeout:
+                log(f"die {self.die_list[d].name} (pid {pid}) still loading after {self.config.ops.boot_timeout:.0f} s: "
+                    "SIGKILL")
+                _signal(pid, signal.SIGKILL)
+                continue
             if rec["state"] != DIE_UP or now - rec["heartbeat"] <= self.config.ops.hang_timeout:
                 continue
             if d not in self.aborted:
