@@ -37,8 +37,9 @@ DEFAULT_VOCAB = ROOT.parent / "shared" / "vocab" / "ggml-vocab-llama-spm.gguf"
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "pantheon-demo.gguf"
 N_SPECIAL_AND_BYTES = 3 + 256  # <unk> <s> </s> then <0x00>..<0xFF>, ids 0..258 in llama's vocabulary
 # The demo model is a plain language model with no instruction tuning: a "User:/Assistant:" frame it
-# never saw makes it emit noise, so its template lays the turns out as paragraphs of plain text and
-# the generation simply continues the last one.
+# never saw makes it emit noise, so its template lays the turns out as lines of plain text and the
+# generation simply continues the last one. (Chat templates render with trim_blocks, as Hugging Face
+# does, so the newline right after the if-tag is dropped: turns are separated by one newline.)
 CHAT_TEMPLATE = (
     "{% for m in messages %}"
     "{{ m['content'] }}{% if not loop.last %}\n\n{% endif %}"

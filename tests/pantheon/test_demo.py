@@ -108,4 +108,4 @@ def test_chat_template_renders(model):
     assert not template.is_default
     prompt = template.render([{"role": "system", "content": "Be brief."},
                               {"role": "user", "content": "What is a list?"}])
-    assert prompt == "Be brief.\n\nWhat is a list?"
+    assert prompt == "Be brief.\nWhat is a list?"
