@@ -192,3 +192,15 @@ def test_health_and_metrics(server):
     assert health["dies"] == {"cpu0": "up", "cpu1": "up"}
     _, metrics = server.get("/metrics")
     assert b"pantheon_requests_total" in metrics and b"pantheon_completion_tokens_total" in metrics
+
+
+def test_bundled_demo_model_is_served_without_a_model_flag():
+    srv = Server(["--http-workers", "1"])
+    try:
+        status, body, _ = srv.request("POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "The meaning of"}], "max_tokens": 16, "seed": 1})
+        reply = json.loads(body)
+        assert status == 200 and reply["model"] == "pantheon-demo.gguf"
+        assert len(reply["choices"][0]["message"]["content"].split()) >= 3
+    finally:
+        assert srv.stop() == 0
