@@ -1,4 +1,4 @@
-"""Times the CPU matmul kernels on TinyLlama shapes: gemv at 1 and 4 vectors, and a 128-row prefill matmul.
+"""Times the CPU matmul kernels on TinyLlama shapes: float gemv at 1 and 4 vectors, 128-row matmul, int8 qmatmul.
 
 Usage: python benchmarks/bench_kernels.py [--types Q4_0,Q8_0] [--threads 1,2] [--reps 15]
 Prints a table of medians (ms, and GB/s of weight bytes streamed), then one JSON object as the last line.
@@ -15,6 +15,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from threadpoolctl import threadpool_limits
 
 from pantheon.kernels import matmul as mm
+from pantheon.kernels import q8dot
 from pantheon.kernels.registry import kernels_for, supported_types
 from pantheon.weights import Weight
 
@@ -68,6 +69,11 @@ def bench_type(qtype, threads, reps, rng):
         ms = median_ms(lambda: mm.matmul(w, x), max(3, reps // 3))
         rows_out.append(dict(type=qtype.name, threads=threads, op="matmul n=128", shape=f"{rows}x{cols}",
                              ms=round(ms, 3), gbps=round(mbytes / ms, 2)))
+        if q8dot.supports(qtype):
+            for n in (1, 128):  # the int8-activation path the model takes (activation rounding included)
+                ms = median_ms(lambda: mm.qmatmul([w], x[:n]), reps if n == 1 else max(3, reps // 3))
+                rows_out.append(dict(type=qtype.name, threads=threads, op=f"qmatmul n={n}", shape=f"{rows}x{cols}",
+                                     ms=round(ms, 4), gbps=round(mbytes / ms, 2)))
     return rows_out
 
 

@@ -1,28 +1,47 @@
 """Causal grouped-query attention of one sequence's new positions over its cached keys and values."""
 
 import numpy as np
+from numba import prange
 
-from pantheon.ops import softmax
+from pantheon.kernels.jit import kernel
 
 
-def causal_mask(p0, s, length):
-    """float32 [s, length]: 0 where key j is visible to query p0+i, -inf after it."""
-    j = np.arange(length)[None, :]  # [1, L]
-    i = np.arange(p0, p0 + s)[:, None]  # [s, 1]
-    return np.where(j <= i, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)  # [s, L]
+@kernel
+def _attend(q, k, v, p0, out):
+    """out [s, H*hd] from q [s, H, hd] at positions p0.. over k, v [n_kv, >= p0+s, hd].
+
+    One (query, head) pair per task, keys in order: each output is the same instruction sequence
+    whether its segment has 1 or 100 positions (BLAS blocking would depend on the shape, and with
+    int8-quantized activations downstream a 1e-7 wobble can flip a rounding)."""
+    s, n_head, hd = q.shape
+    g = n_head // k.shape[0]
+    scale = np.float32(1.0 / np.sqrt(hd))
+    for t in prange(s * n_head):
+        i, h = t // n_head, t % n_head
+        kh, length = h // g, p0 + i + 1
+        scores = np.empty(length, np.float32)  # [length]
+        top = np.float32(-np.inf)
+        for j in range(length):
+            acc = np.float32(0.0)
+            for d in range(hd):
+                acc += q[i, h, d] * k[kh, j, d]
+            scores[j] = acc * scale
+            top = max(top, scores[j])
+        acc_v = np.zeros(hd, np.float32)  # [hd]
+        total = np.float32(0.0)
+        for j in range(length):
+            e = np.exp(scores[j] - top)
+            total += e
+            for d in range(hd):
+                acc_v[d] += e * v[kh, j, d]
+        inv = np.float32(1.0) / total
+        for d in range(hd):
+            out[i, h * hd + d] = acc_v[d] * inv
 
 
 def attend(q, k, v, p0):
-    """q [s, n_head, hd] at positions p0..p0+s-1; k, v [n_kv, L, hd] with L = p0 + s -> [s, n_head*hd]."""
+    """q [s, n_head, hd] at positions p0..p0+s-1; k, v [n_kv, L, hd] with L >= p0 + s -> [s, n_head*hd]."""
     s, n_head, hd = q.shape
-    n_kv, length, _ = k.shape
-    g = n_head // n_kv
-    # Query heads h*g..h*g+g-1 share KV head h: fold the group into the row axis of one matmul.
-    qg = q.reshape(s, n_kv, g, hd).transpose(1, 2, 0, 3).reshape(n_kv, g * s, hd)  # [kv, g*s, hd]
-    scores = np.matmul(qg, k.transpose(0, 2, 1))  # [kv, g*s, L]
-    scores *= np.float32(1.0 / np.sqrt(hd))
-    if s > 1:
-        scores = scores.reshape(n_kv, g, s, length) + causal_mask(p0, s, length)  # [kv, g, s, L]
-    probs = softmax(scores).reshape(n_kv, g * s, length)  # [kv, g*s, L]
-    out = np.matmul(probs, v)  # [kv, g*s, hd]
-    return out.reshape(n_kv, g, s, hd).transpose(2, 0, 1, 3).reshape(s, n_head * hd)  # [s, H*hd]
+    out = np.empty((s, n_head * hd), np.float32)  # [s, H*hd]
+    _attend(np.ascontiguousarray(q), k, v, p0, out)
+    return out

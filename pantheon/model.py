@@ -7,7 +7,7 @@ import numpy as np
 from pantheon.attention import attend
 from pantheon.config import config_from_metadata
 from pantheon.gguf_file import open_gguf
-from pantheon.kernels.matmul import dequantize_rows, matmul
+from pantheon.kernels.matmul import dequantize_rows, qmatmul
 from pantheon.kvcache import KVCache
 from pantheon.model_weights import bind_weights
 from pantheon.moe import moe_ffn
@@ -65,7 +65,7 @@ class Model:
         x = dequantize_rows(self.weights.token_embd, toks)  # [N, dim]
         for li, blk in enumerate(self.weights.blocks):
             h = rms_norm(x, blk.attn_norm, self.config.norm_eps)  # [N, dim]
-            x += matmul(blk.wo, self._attention(li, blk, h, segs, cos, sin))  # [N, dim]
+            x += qmatmul([blk.wo], self._attention(li, blk, h, segs, cos, sin))[0]  # [N, dim]
             h = rms_norm(x, blk.ffn_norm, self.config.norm_eps)  # [N, dim]
             x += self._ffn(blk, h)  # [N, dim]
         return x
@@ -74,7 +74,7 @@ class Model:
         ends = np.cumsum([len(t) for _, t in segs])  # [segments]
         rows = np.arange(len(x)) if all_logits else ends - 1  # [rows]
         h = rms_norm(x[rows], self.weights.output_norm, self.config.norm_eps)  # [rows, dim]
-        out = matmul(self.weights.output, np.ascontiguousarray(h))  # [rows, n_vocab]
+        out = qmatmul([self.weights.output], np.ascontiguousarray(h))[0]  # [rows, n_vocab]
         if not all_logits:
             return [out[i:i + 1] for i in range(len(segs))]
         return np.split(out, ends[:-1])
@@ -82,11 +82,11 @@ class Model:
     def _qkv(self, blk, h):
         c = self.config
         if blk.wqkv is not None:
-            qkv = matmul(blk.wqkv, h)  # [N, (H + 2*KV)*hd]
+            qkv = qmatmul([blk.wqkv], h)[0]  # [N, (H + 2*KV)*hd]
             nq, nk = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
             q, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]  # column views
         else:
-            q, k, v = matmul(blk.wq, h), matmul(blk.wk, h), matmul(blk.wv, h)  # [N, H*hd], [N, KV*hd] x2
+            q, k, v = qmatmul([blk.wq, blk.wk, blk.wv], h)  # [N, H*hd], [N, KV*hd] x2
         if blk.bq is not None:
             q, k, v = q + blk.bq, k + blk.bk, v + blk.bv
         n = len(h)
@@ -107,7 +107,7 @@ class Model:
             p0, s = len(cache), len(toks)
             cache.k[li, :, p0:p0 + s] = k[off:off + s].transpose(1, 0, 2)
             cache.v[li, :, p0:p0 + s] = v[off:off + s].transpose(1, 0, 2)
-            out[off:off + s] = attend(q[off:off + s], cache.k[li, :, :p0 + s], cache.v[li, :, :p0 + s], p0)
+            out[off:off + s] = attend(q[off:off + s], cache.k[li], cache.v[li], p0)
             off += s
         return out
 
@@ -115,11 +115,11 @@ class Model:
         if blk.experts is not None:
             return moe_ffn(blk.experts, h, self.config.n_expert_used)  # [N, dim]
         if blk.gate is None:
-            gu = matmul(blk.up, h)  # [N, 2*ff]
+            gu = qmatmul([blk.up], h)[0]  # [N, 2*ff]
             ff = self.config.n_ff
-            return matmul(blk.down, np.ascontiguousarray(silu(gu[:, :ff]) * gu[:, ff:]))  # [N, dim]
-        act = silu(matmul(blk.gate, h)) * matmul(blk.up, h)  # [N, ff]
-        return matmul(blk.down, act)  # [N, dim]
+            return qmatmul([blk.down], np.ascontiguousarray(silu(gu[:, :ff]) * gu[:, ff:]))[0]  # [N, dim]
+        g, u = qmatmul([blk.gate, blk.up], h)  # [N, ff] x2
+        return qmatmul([blk.down], silu(g) * u)[0]  # [N, dim]
 
 
 def default_threads():

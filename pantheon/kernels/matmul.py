@@ -3,6 +3,7 @@
 import numba
 import numpy as np
 
+from pantheon.kernels import q8dot
 from pantheon.kernels.registry import kernels_for
 
 # Above this many activation rows, dequantizing tiles and calling sgemm beats the raw-block kernel:
@@ -35,6 +36,23 @@ def matmul(w, x, out=None):
         _dequant_serially(k, w.raw[r0:r1], tile[: r1 - r0])
         np.matmul(x, tile[: r1 - r0].T, out=out[:, r0:r1])  # [n, r1-r0]
     return out
+
+
+def qmatmul(ws, x):
+    """[x @ dequant(w).T for w in ws], float32 [n, w.rows] each, with x rounded once to int8 per 32 values.
+
+    That rounding is the one llama.cpp applies before its quantized dot products (so logits track
+    llama.cpp's, not the exact float product); weights without a VNNI kernel get the exact matmul."""
+    n, acts, outs = x.shape[0], None, []
+    for w in ws:
+        if not q8dot.supports(w.qtype):
+            outs.append(matmul(w, x))  # [n, rows]
+            continue
+        acts = acts or q8dot.Activations(x)
+        out = np.empty((n, w.rows), dtype=np.float32)  # [n, rows]
+        q8dot.product(w.qtype, w.raw, acts, out)
+        outs.append(out)
+    return outs
 
 
 def _dequant_serially(k, raw, tile):
