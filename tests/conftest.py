@@ -28,3 +28,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+WARM_MODELS = ("llama-q8_0", "llama-q4_0", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k", "llama-q2_k",
+               "llama-q3_k_m", "llama-q4_1", "llama-q5_0", "llama-q5_1", "llama-f16", "llama-bf16", "llama-f32",
+               "qwen3moe-q8_0")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels():
+    """Compile every numba kernel once (or load it from numba's disk cache) before any test runs.
+
+    On a fresh checkout the first compile of the kernels takes tens of seconds; without this, that
+    cost lands inside whichever test first runs a model, under that test's HTTP timeouts (and inside
+    server workers, which then load the cached machine code instead)."""
+    golden = SHARED / "golden"
+    if not golden.exists():
+        return
+    import pantheon
+
+    for name in WARM_MODELS:
+        model = pantheon.open_model(str(golden / f"{name}.gguf"), threads=2)
+        model.logits(list(range(1, 21)))  # prefill: the 4- and 8-vector tiles
+        cache = model.new_cache(64)
+        model.forward([(cache, [5, 6, 7])])
+        model.forward([(cache, [8])])  # decode: one vector
