@@ -64,7 +64,7 @@ def test_open_model_is_zero_copy_and_fast(tmp_path):
     path = tmp_path / "tiny-shape-q4_0.gguf"
     data_bytes = write_sparse_model(path)
     assert data_bytes > 600e6
-    import pantheon.model  # noqa: F401  the code's own footprint (numba, llvmlite) is not the model's
+    import pantheon.model  # noqa: F401, F811  the code's own footprint (numba, llvmlite) is not the model's
     process = psutil.Process()
     rss = process.memory_info().rss
     started = time.perf_counter()

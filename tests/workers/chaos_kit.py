@@ -2,10 +2,6 @@
 
 import http.client
 import json
-import os
-import signal
-import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -21,44 +17,12 @@ def counting_model(tmp_path_factory):
     return str(build(tmp_path_factory.mktemp("counting") / "counting.gguf", shared_path("golden", "llama-f32.gguf")))
 
 
-class ChaosServer(Server):
-    """A Server whose output is read all along (a soak logs more than a pipe holds) into `lines`."""
-
-    def __init__(self, args, env):
-        super().__init__(args, env=env)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def stop(self, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self._reader.join(10)
-        return self.proc.returncode
-
-    def kill_tree(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def log(self):
-        return "".join(self.lines)
-
-
 def replicated_server(model, env, dies=2, fronts=2, max_concurrent=4):
     """`count` on `dies` CPU dies (one replica each), with the chaos hooks on."""
     args = ["--cpu-dies", str(dies), "--http-workers", str(fronts)]
     for d in range(dies):
         args += ["--model", model, "--name", "count", "--dies", f"cpu{d}", "--max-concurrent", str(max_concurrent)]
-    return ChaosServer(args, env={"PANTHEON_CHAOS_HOOKS": "1", **env})
+    return Server(args, env={"PANTHEON_CHAOS_HOOKS": "1", **env})
 
 
 @dataclass

@@ -5,8 +5,10 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +25,14 @@ class Server:
                                      env={**os.environ, **(env or {})}, start_new_session=True)
         self.lines = []
         self.url = self._await_listen(ready_timeout)
+        # keep draining the output: a long run logs more than a pipe holds, and a full pipe blocks the tree
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self._await_health(ready_timeout)
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
 
     def _await_listen(self, timeout):
         deadline = time.monotonic() + timeout
@@ -69,6 +78,26 @@ class Server:
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
         return [int(p) for p in out.stdout.split()]
 
+    def open_stream(self, body):
+        """A raw streaming request: (socket, bytes up to the first SSE event), for tests that hang up."""
+        host, port = self.url.split("//")[1].split(":")
+        data = json.dumps(dict(body, stream=True)).encode()
+        sock = socket.create_connection((host, int(port)), timeout=30)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+        seen = b""
+        while b"data:" not in seen:
+            seen += sock.recv(65536)
+        return sock, seen
+
+    def kill_tree(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def log(self):
+        return "".join(self.lines)
+
     def stop(self, timeout=30):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -77,6 +106,5 @@ class Server:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-        rest = self.proc.stdout.read()
-        self.lines.append(rest)
+        self._reader.join(10)
         return self.proc.returncode

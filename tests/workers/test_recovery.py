@@ -13,7 +13,8 @@ import pytest
 
 from ipc import owned_entries
 from tests.ggufcraft import rewrite
-from tests.workers.chaos_kit import (ChaosServer, Oracle, all_up, counting_model, dies, fronts, gone,
+from tests.workers.serving import Server
+from tests.workers.chaos_kit import (Oracle, all_up, counting_model, dies, fronts, gone,
                                      replicated_server, stream, tree, wait_for)
 
 
@@ -80,7 +81,7 @@ def test_crash_loop_marks_the_die_failed_and_the_other_die_serves_on(servers, mo
 def test_a_model_that_cannot_boot_fails_with_its_reason_not_a_crash_loop(servers, model, oracle, tmp_path):
     # the header passes admission; the worker finds the shape wrong when it maps the weights
     bad = rewrite(model, tmp_path / "broken.gguf", tensor_arrays={"output_norm.weight": np.ones(32, np.float32)})
-    srv = ChaosServer(["--cpu-dies", "2", "--http-workers", "1", "--model", model, "--name", "count", "--dies", "cpu0",
+    srv = Server(["--cpu-dies", "2", "--http-workers", "1", "--model", model, "--name", "count", "--dies", "cpu0",
                        "--model", str(bad), "--name", "broken", "--dies", "cpu1"], env={})
     servers.append(srv)
     failed = wait_for(lambda: (lambda d: d["state"] == "failed" and d)(dies(srv)["cpu1"]), 20)

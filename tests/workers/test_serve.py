@@ -2,7 +2,6 @@
 
 import http.client
 import json
-import socket
 import threading
 import time
 
@@ -153,15 +152,7 @@ def test_client_disconnect_frees_the_slot(server):
     server.request("POST", "/v1/completions", {"model": "llama", "prompt": "x", "max_tokens": 300,
                                                "logit_bias": {"2": -100}})
     full_run_s = (time.monotonic() - t0) * 1900 / 300
-    host, port = server.url.split("//")[1].split(":")
-    body = json.dumps({"model": "llama", "prompt": "x", "max_tokens": 1900, "stream": True,
-                       "logit_bias": {"2": -100}}).encode()
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    seen = b""
-    while b"data:" not in seen:
-        seen += sock.recv(4096)
+    sock, _ = server.open_stream({"model": "llama", "prompt": "x", "max_tokens": 1900, "logit_bias": {"2": -100}})
     sock.close()
     started = time.monotonic()
     busy = b'pantheon_in_flight{die="cpu1"} 1'

@@ -1,9 +1,7 @@
 """Signals: SIGTERM drains streams, a second SIGINT stops at once, a killed supervisor takes its children."""
 
-import json
 import os
 import signal
-import socket
 import time
 
 import pytest
@@ -40,16 +38,7 @@ def server():
 
 
 def open_stream(server, max_tokens):
-    host, port = server.url.split("//")[1].split(":")
-    body = json.dumps({"model": "m", "prompt": "x", "max_tokens": max_tokens, "stream": True,
-                       "logit_bias": {"2": -100}}).encode()
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    seen = b""
-    while b"data:" not in seen:
-        seen += sock.recv(65536)
-    return sock, seen
+    return server.open_stream({"model": "m", "prompt": "x", "max_tokens": max_tokens, "logit_bias": {"2": -100}})
 
 
 def read_all(sock):
