@@ -67,3 +67,7 @@ class InvalidParameter(EngineError):
 
 class UsageError(PantheonError):
     """A command-line flag or environment variable is malformed, out of range, or names what does not exist."""
+
+
+class UnsupportedDevice(PantheonError):
+    """A die of a kind the engine cannot run on (GPU dies: no GPU engine yet)."""

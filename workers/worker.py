@@ -38,11 +38,15 @@ class DieWorker:
 
     def _load(self, slots, threads):
         from pantheon.engine import Engine, EngineConfig
+        from pantheon.errors import UnsupportedDevice
         from pantheon.model import open_model
 
         for i in slots:
             rec = self.layout.tables.read_slot(i)
             try:
+                if self.die.kind != "cpu":
+                    raise UnsupportedDevice(f"die {self.die.name}: Pantheon has no GPU engine yet; GPU dies are "
+                                            "discovered and supervised, but models run only on CPU dies")
                 model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]))
                 n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
                 cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
