@@ -1,0 +1,30 @@
+"""A die worker in this process (no fork): what it does with models it cannot run."""
+
+from pantheon.dies import Die
+from tests.conftest import shared_path
+from workers import protocol
+from workers.layout import Layout
+from workers.tables import SLOT_LOADING
+from workers.worker import DieWorker
+
+
+def worker_for(die, path):
+    layout = Layout.create(1, 1, ["m"], [die.name], [die])
+    layout.tables.write_slot(0, state=SLOT_LOADING, name="m", path=path, dies=1, batch_slots=1, max_sessions=1,
+                             max_concurrent=1)
+    notes = layout.die_to_sup[0].receiver()
+    return DieWorker(layout, 0, die, [0], 1), layout, notes
+
+
+def test_a_model_on_a_gpu_die_fails_with_the_reason():
+    gpu = Die("cuda0", "cuda", 0, uuid="GPU-0", device_name="Fake", memory_total=1 << 34)
+    worker, layout, notes = worker_for(gpu, str(shared_path("golden", "llama-q8_0.gguf")))
+    assert int(layout.tables.dies[0]["failed"]) == 1 and int(layout.tables.dies[0]["loaded"]) == 0
+    assert "no GPU engine" in bytes(notes.receive(timeout=1).payload).decode()
+    assert worker.run() == protocol.EXIT_BAD_MODEL
+
+
+def test_a_model_on_a_cpu_die_loads():
+    cpu = Die("cpu0", "cpu", 0, cores=(0,))
+    worker, layout, _ = worker_for(cpu, str(shared_path("golden", "llama-q8_0.gguf")))
+    assert int(layout.tables.dies[0]["loaded"]) == 1 and 0 in worker.engines
