@@ -17,7 +17,7 @@ from numba import prange
 
 from pantheon.kernels.jit import exact, inline
 from pantheon.kernels.kblocks import QK_K, scale_min_k4
-from pantheon.kernels.q8dot_x8 import q4_0_x8, q4_k_x8, q6_k_x8
+from pantheon.kernels.q8dot_tiles import q4_0_tiles, q4_k_tiles, q6_k_tiles, q8_0_tiles
 from pantheon.kernels.simd import (bits32, dot4, field, flip_sign, fma_lane, fma_lane2, fma_lanes, fma_scaled,
                                    fma_scaled2, fmadd, fzero, fzero4, half_at, has_vnni, hsum, lane, load4, load32,
                                    mul, nibbles16, or_shl4, scale_lanes)
@@ -280,9 +280,10 @@ def q6_k_x4(raw, xq, xdt, xst, out):
                 out[i + 3, r] = hsum(a3) - np.float32(32.0) * lane(off, 3)
 
 
-# qtype name -> (kernel for any n, for n a multiple of 4, for n a multiple of 8 or None, activation sums per 16 or 32).
-_BY_TYPE = {"Q4_0": (q4_0, q4_0_x4, q4_0_x8, 32), "Q8_0": (q8_0, q8_0_x4, None, 32),
-            "Q4_K": (q4_k, q4_k_x4, q4_k_x8, 32), "Q6_K": (q6_k, q6_k_x4, q6_k_x8, 16)}
+# qtype name -> (kernel for any n, for n a multiple of 4, for n a multiple of 8 (q8dot_tiles: rows unpacked
+# once per task), activation sums per 16 or 32 values).
+_BY_TYPE = {"Q4_0": (q4_0, q4_0_x4, q4_0_tiles, 32), "Q8_0": (q8_0, q8_0_x4, q8_0_tiles, 32),
+            "Q4_K": (q4_k, q4_k_x4, q4_k_tiles, 32), "Q6_K": (q6_k, q6_k_x4, q6_k_tiles, 16)}
 
 
 @functools.cache
@@ -307,7 +308,7 @@ def product(qtype, raw, acts, out):
     would otherwise flip quants and move logits by 1e-2 (test_model_batch)."""
     one, four, eight, group = _kernels(qtype)
     xs = acts.xs16 if group == 16 else acts.xs32
-    m8 = acts.n - acts.n % 8 if eight is not None else 0
+    m8 = acts.n - acts.n % 8
     m4 = acts.n - acts.n % 4
     for k, lo, hi in ((eight, 0, m8), (four, m8, m4)):
         if hi > lo:

@@ -91,6 +91,58 @@ def load32(typingctx, ary, off):
 
 
 @intrinsic
+def store32(typingctx, ary, off, v):
+    """Store the 32 lanes of v at ary[off:] (unaligned): unpacked quants into a kernel's scratch."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), _V8.as_pointer())
+        builder.store(args[2], ptr, align=1)
+        return context.get_dummy_value()
+    return types.none(ary, off, v), codegen
+
+
+@intrinsic
+def store8(typingctx, ary, idx, v):
+    """Store the 8 float32 lanes of v at ary[idx:] of a 1-D float32 array (a tile's scale table)."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        builder.store(args[2], builder.bitcast(builder.gep(data, [args[1]]), _VF.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.none(ary, idx, v), codegen
+
+
+@intrinsic
+def fma_at(typingctx, acc, dots, ary, idx):
+    """acc + float(dots)·ary[idx]: fma_scaled with the scale read from a table (a broadcast load operand)."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[2])(context, builder, args[2]).data
+        s = builder.load(builder.gep(data, [args[3]]), align=4)
+        return _fma8(builder, builder.sitofp(args[1], _VF), _splat(builder, s, _VF), args[0])
+    return F32X8(acc, dots, ary, idx), codegen
+
+
+@intrinsic
+def fma_at2(typingctx, acc, dots, ary, idx):
+    """acc + float(dots)·(ary[idx] on lanes 0-3, ary[idx+1] on lanes 4-7): fma_scaled2 from a pair table."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[2])(context, builder, args[2]).data
+        pair = builder.load(builder.bitcast(builder.gep(data, [args[3]]), ir.VectorType(_F32, 2).as_pointer()), align=4)
+        both = builder.shuffle_vector(pair, pair, ir.Constant(ir.VectorType(_I32, 8), [0, 0, 0, 0, 1, 1, 1, 1]))
+        return _fma8(builder, builder.sitofp(args[1], _VF), both, args[0])
+    return F32X8(acc, dots, ary, idx), codegen
+
+
+@intrinsic
+def interleave8(typingctx, a, b):
+    """(a0, b0, a1, b1, ..., a7, b7) as two 8-lane halves: the low half, then the high half."""
+    def codegen(context, builder, sig, args):
+        lo = builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_I32, 8), [0, 8, 1, 9, 2, 10, 3, 11]))
+        hi = builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_I32, 8), [4, 12, 5, 13, 6, 14, 7, 15]))
+        return context.make_tuple(builder, sig.return_type, [lo, hi])
+    return types.UniTuple(F32X8, 2)(a, b), codegen
+
+
+@intrinsic
 def field(typingctx, v, shift, mask):
     """(v >> shift) & mask, lane-wise, on 32 loaded bytes: `bits32` without the load."""
     def codegen(context, builder, sig, args):

@@ -11,7 +11,8 @@ from tests.pantheon.kernels.test_q8dot import random_blocks, reference_quantize
 pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="host has no AVX512-VNNI")
 
 # qtype -> (tiled kernel, 1-vector kernel, activation sums per 16 or 32 values)
-KERNELS = {T.Q4_0: (q8dot_tiles.q4_0_tiles, q8dot.q4_0, 32), T.Q4_K: (q8dot_tiles.q4_k_tiles, q8dot.q4_k, 32),
+KERNELS = {T.Q4_0: (q8dot_tiles.q4_0_tiles, q8dot.q4_0, 32), T.Q8_0: (q8dot_tiles.q8_0_tiles, q8dot.q8_0, 32),
+           T.Q4_K: (q8dot_tiles.q4_k_tiles, q8dot.q4_k, 32),
            T.Q6_K: (q8dot_tiles.q6_k_tiles, q8dot.q6_k, 16)}
 # 37 rows: two full CHUNKs of rows and a ragged one; 16 vectors: two 8-vector tiles.
 ROWS, COLS, N = 37, 512, 16
