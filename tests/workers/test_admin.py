@@ -239,3 +239,14 @@ def test_deploy_script_brings_up_a_fleet(server, models_dir, tmp_path):
     assert {"one", "two"} <= set(names(server))
     for name in ("one", "two"):
         assert admin(server, "POST", "/admin/models/unload", {"name": name})[0] == 200
+
+
+def test_startup_models_pass_the_same_admission(tmp_path):
+    pressure = tmp_path / "ram"
+    write_pressure(pressure, 1 << 20)
+    out = subprocess.run([sys.executable, str(ROOT / "bin" / "pantheon-serve"), "--port", "0",
+                          "--model", str(shared_path("golden", "llama-q8_0.gguf"))],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PANTHEON_PRESSURE_FILE": str(pressure)})
+    assert out.returncode == 2
+    assert "cannot be admitted" in out.stderr and "DOES-NOT-FIT" in out.stderr
