@@ -1,7 +1,7 @@
 """Byte-level BPE (`tokenizer.ggml.model == "gpt2"`): GPT-2 byte alphabet and rank-ordered merges."""
 
-import heapq
 
+from pantheon.merges import merge_symbols
 from pantheon.pretokenize import split_words
 
 
@@ -94,31 +94,4 @@ class BpeEncoder:
 
     def _merge(self, word):
         """Merge adjacent symbols lowest rank first, ties leftmost, as llama.cpp's work queue does."""
-        syms = list(word)
-        n = len(syms)
-        if n < 2:
-            return syms
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        prv = list(range(-1, n - 1))
-        heap = []
-        for i in range(n - 1):
-            self._push(heap, syms, i, i + 1)
-        while heap:
-            _, left, right, text = heapq.heappop(heap)
-            if not syms[left] or not syms[right] or syms[left] + syms[right] != text:
-                continue
-            syms[left], syms[right] = text, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            self._push(heap, syms, prv[left], left)
-            self._push(heap, syms, left, nxt[left])
-        return [s for s in syms if s]
-
-    def _push(self, heap, syms, left, right):
-        if left < 0 or right < 0:
-            return
-        rank = self.ranks.get(syms[left] + " " + syms[right])
-        if rank is not None:
-            heapq.heappush(heap, (rank, left, right, syms[left] + syms[right]))
+        return merge_symbols(word, lambda a, b: self.ranks.get(a + " " + b))

@@ -1,6 +1,6 @@
 """SentencePiece BPE (`tokenizer.ggml.model == "llama"`): score-ordered merges with byte fallback."""
 
-import heapq
+from pantheon.merges import merge_symbols
 
 SPACE_ESCAPE = "\u2581"
 
@@ -44,33 +44,8 @@ class SpmEncoder:
 
     def _merge(self, text):
         """Merge adjacent symbols highest score first, ties leftmost; every merge is a vocab token."""
-        syms = list(text)
-        n = len(syms)
-        if n < 2:
-            return syms
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        prv = list(range(-1, n - 1))
-        heap = []
-        for i in range(n - 1):
-            self._push(heap, syms, i, i + 1)
-        while heap:
-            _, left, right, size = heapq.heappop(heap)
-            ls, rs = syms[left], syms[right]
-            if not ls or not rs or len(ls) + len(rs) != size:
-                continue
-            syms[left], syms[right] = ls + rs, ""
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            self._push(heap, syms, prv[left], left)
-            self._push(heap, syms, left, nxt[left])
-        return [s for s in syms if s]
+        return merge_symbols(text, self._score_key)
 
-    def _push(self, heap, syms, left, right):
-        if left < 0 or right < 0:
-            return
-        text = syms[left] + syms[right]
-        tid = self.token_to_id.get(text)
-        if tid is not None:
-            heapq.heappush(heap, (-self.scores[tid], left, right, len(text)))
+    def _score_key(self, a, b):
+        tid = self.token_to_id.get(a + b)
+        return None if tid is None else -self.scores[tid]
