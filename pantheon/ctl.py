@@ -13,7 +13,7 @@ from pantheon.ctl_client import DEFAULT_HTTP_TIMEOUT, AdminClient, AdminError, R
 from pantheon.ctl_fit import fit_text, fit_report
 from pantheon.errors import UsageError
 from pantheon.settings import (DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, MAX_BATCH_SLOTS, MAX_CTX_CAP,
-                               HelpRequested, int_in, parse_dies, parse_id, parse_path, parse_secret)
+                               HelpRequested, int_in, next_option, parse_dies, parse_id, parse_path, parse_secret)
 
 PROG = "pantheon-ctl"
 URL_ENV = "PANTHEON_URL"
@@ -183,7 +183,7 @@ def parse_ctl_args(argv, environ=os.environ):
         if not token.startswith("-") or token == "-":
             command, i = _positional(command, positionals, token), i + 1
             continue
-        flag, value, i = _next_option(tokens, i, command)
+        flag, value, i = next_option(tokens, i, lambda name, _token: _lookup(name, command))
         _set(values, flag, value)
     return _finish(command, positionals, values, environ)
 
@@ -195,24 +195,6 @@ def _positional(command, positionals, token):
     if token not in COMMANDS:
         raise UsageError(f"unknown command {token!r}{_hint(token, COMMANDS)} (commands: {', '.join(COMMANDS)})")
     return COMMANDS[token]
-
-
-def _next_option(tokens, i, command):
-    """(flag, value or None, next index); `--flag value` and `--flag=value`."""
-    token = tokens[i]
-    name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-    flag = _lookup(name, command)
-    if flag.metavar is None:
-        if eq:
-            raise UsageError(f"{flag.name} takes no value, got {token!r}")
-        return flag, None, i + 1
-    if eq:
-        return flag, inline, i + 1
-    if i + 1 >= len(tokens):
-        raise UsageError(f"{name}: missing value {flag.metavar}")
-    if tokens[i + 1].startswith("--"):
-        raise UsageError(f"{name}: missing value {flag.metavar} (got flag {tokens[i + 1]!r})")
-    return flag, tokens[i + 1], i + 2
 
 
 def _lookup(name, command):

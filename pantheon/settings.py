@@ -234,16 +234,17 @@ def parse_serve_args(argv, environ=os.environ):
     """
     draft, tokens, i = _Draft(), list(argv), 0
     while i < len(tokens):
-        flag, value, i = _next_option(tokens, i)
+        flag, value, i = next_option(tokens, i, _lookup)
         _apply(draft, flag, value)
     return _finish(draft, environ)
 
 
-def _next_option(tokens, i):
-    """(flag, value or None, index of the next token); accepts `--flag value` and `--flag=value`."""
+def next_option(tokens, i, lookup):
+    """(flag, value or None, index of the next token); accepts `--flag value` and `--flag=value`.
+    lookup(name, token) -> Flag or UsageError. Shared by pantheon-serve's and pantheon-ctl's parsers."""
     token = tokens[i]
     name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-    flag = _lookup(name, token)
+    flag = lookup(name, token)
     if flag.metavar is None:
         if eq:
             raise UsageError(f"{flag.name} takes no value, got {token!r}")
