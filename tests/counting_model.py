@@ -10,7 +10,9 @@ the chaos soak.
 """
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFReader, GGUFWriter
+
+from tests.ggufcraft import copy_field
 
 DIM = 64
 HEADS = 2
@@ -24,15 +26,8 @@ TOKENIZER_PREFIX = "tokenizer."
 
 def _copy_tokenizer(writer, source):
     for key, field in GGUFReader(str(source)).fields.items():
-        if not key.startswith(TOKENIZER_PREFIX):
-            continue
-        vtype, value = field.types[0], field.contents()
-        if vtype == GGUFValueType.ARRAY:
-            writer.add_array(key, value)
-        elif vtype == GGUFValueType.STRING:
-            writer.add_string(key, value)
-        else:
-            writer.add_key_value(key, value, vtype)
+        if key.startswith(TOKENIZER_PREFIX):
+            copy_field(writer, key, field)
 
 
 def _tensors(vocab, rng):

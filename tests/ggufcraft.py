@@ -4,7 +4,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 
-def _copy_field(writer, key, field):
+def copy_field(writer, key, field):
     vtype = field.types[0]
     value = field.contents()
     if vtype == GGUFValueType.ARRAY:
@@ -27,7 +27,7 @@ def rewrite(src, dst, drop_keys=(), set_keys=None, drop_tensors=(), tensor_array
             continue
         if key in set_keys:
             continue
-        _copy_field(w, key, field)
+        copy_field(w, key, field)
     for key, (value, vtype) in set_keys.items():
         w.add_key_value(key, value, vtype)
     arrays = dict(tensor_arrays or {})
