@@ -7,6 +7,7 @@ import psutil
 from gguf import GGMLQuantizationType as QT
 
 import pantheon
+import pantheon.model  # noqa: F401  imported up front: the code's own footprint (numba) is not the model's
 from tests.pantheon.gguf_craft import VT, gguf_bytes, gstr, kv, kv_array, tinfo
 
 DIM, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 2048, 22, 32, 4, 5632, 32000  # TinyLlama-1.1B's shape
@@ -64,7 +65,6 @@ def test_open_model_is_zero_copy_and_fast(tmp_path):
     path = tmp_path / "tiny-shape-q4_0.gguf"
     data_bytes = write_sparse_model(path)
     assert data_bytes > 600e6
-    import pantheon.model  # noqa: F401, F811  the code's own footprint (numba, llvmlite) is not the model's
     process = psutil.Process()
     rss = process.memory_info().rss
     started = time.perf_counter()
