@@ -27,34 +27,33 @@ class LocalStream:
         self.started = None  # monotonic time the engine admitted it
         self._cancelled = False
         self._done = False
+        self._backlog = deque()
 
     def __iter__(self):
+        """Resumable: events taken off the queue wait in `_backlog`, so a consumer that stops after a
+        Tokens (a stop string matched) and iterates again still gets the Finished behind it."""
         while not self._done:
-            batch = [self.events.get()]
-            while True:
-                try:
-                    batch.append(self.events.get_nowait())
-                except queue.Empty:
-                    break
-            yield from self._merged(batch)
+            if not self._backlog:
+                self._backlog.append(self.events.get())
+                while True:
+                    try:
+                        self._backlog.append(self.events.get_nowait())
+                    except queue.Empty:
+                        break
+            yield self._next_event()
 
-    def _merged(self, batch):
+    def _next_event(self):
         """Consecutive token events become one Tokens, so a slow reader catches up in one go."""
-        ids, seq = [], None
-        for item in batch:
-            if isinstance(item, Tokens):
-                seq = item.seq if seq is None else seq
-                ids += item.ids
-                continue
-            if ids:
-                yield Tokens(tuple(ids), seq)
-                ids, seq = [], None
-            self._done = True
-            if isinstance(item, Exception):
-                raise item
-            yield item
-        if ids:
-            yield Tokens(tuple(ids), seq)
+        item = self._backlog.popleft()
+        if isinstance(item, Tokens):
+            ids = list(item.ids)
+            while self._backlog and isinstance(self._backlog[0], Tokens):
+                ids += self._backlog.popleft().ids
+            return Tokens(tuple(ids), item.seq)
+        self._done = True
+        if isinstance(item, Exception):
+            raise item
+        return item
 
     def cancel(self):
         if not self._cancelled:

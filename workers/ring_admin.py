@@ -12,8 +12,11 @@ from workers.tables import SLOT_FAILED, SLOT_LOADED, SLOT_STATES, text
 class _Mailbox:
     """Receives the supervisor's one reply to an admin request."""
 
+    cancelled = False
+
     def __init__(self, events):
         self.events = events
+        self.ended = False
 
 
 class RingAdmin:

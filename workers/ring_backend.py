@@ -46,12 +46,14 @@ class RingStream:
         self.attempts = 0
         self.recover_until = None
         self.cancelled = False
+        self.ended = False  # the pump has routed this attempt's DONE or ERROR
         self.replica = None
         self._early = []
 
     def submit(self):
         """(Re)send the job under a fresh request id: the prompt extended by what was already sent."""
         self.backend.forget(self.rid)
+        self.ended = False
         self.rid = self.backend.new_id()
         self.backend.register(self.rid, self)
         self.offset = len(self.sent)
@@ -111,32 +113,38 @@ class RingStream:
         return True
 
     def __iter__(self):
-        try:
-            while True:
-                msg = self._next()
-                if msg.kind == Kind.TOKENS:
-                    seq = self.offset + msg.seq
-                    if seq == len(self.sent):
-                        self.sent.append(int.from_bytes(msg.payload, "little"))
-                        yield Tokens((self.sent[-1],), seq)
-                elif msg.kind == Kind.STATUS:
-                    self._note_replica(msg)
-                elif msg.kind == Kind.DONE:
-                    reason, _, cached, _ = protocol.decode_done(bytes(msg.payload))
-                    yield Finished(reason, len(self.job.prompt), cached, len(self.sent))
-                    return
-                elif msg.kind == Kind.ERROR and len(self.sent) >= self.job.max_tokens:
-                    yield Finished("length", len(self.job.prompt), 0, len(self.sent))  # died after the last token
-                    return
-                elif msg.kind == Kind.ERROR and not self._recover(msg):
-                    raise _refusal(msg)
-        finally:
-            self.backend.forget(self.rid)
+        """Resumable (every message is taken off the queue one at a time), so a consumer that stops at
+        a stop string and iterates again still receives the DONE behind it. The request id is
+        forgotten only at its end, never when an iterator is dropped."""
+        while True:
+            msg = self._next()
+            if msg.kind == Kind.TOKENS:
+                seq = self.offset + msg.seq
+                if seq == len(self.sent):
+                    self.sent.append(int.from_bytes(msg.payload, "little"))
+                    yield Tokens((self.sent[-1],), seq)
+            elif msg.kind == Kind.STATUS:
+                self._note_replica(msg)
+            elif msg.kind == Kind.DONE:
+                self.backend.forget(self.rid)
+                reason, _, cached, _ = protocol.decode_done(bytes(msg.payload))
+                yield Finished(reason, len(self.job.prompt), cached, len(self.sent))
+                return
+            elif msg.kind == Kind.ERROR and len(self.sent) >= self.job.max_tokens:
+                self.backend.forget(self.rid)
+                yield Finished("length", len(self.job.prompt), 0, len(self.sent))  # died after the last token
+                return
+            elif msg.kind == Kind.ERROR and not self._recover(msg):
+                self.backend.forget(self.rid)
+                raise _refusal(msg)
 
     def cancel(self):
+        """Stop the generation; the request id is forgotten once its DONE has arrived (see the pump)."""
         if not self.cancelled:
             self.cancelled = True
             self.backend.send(Kind.CANCEL, self.rid, b"")
+            if self.ended:
+                self.backend.forget(self.rid)
 
 
 def _refusal(msg):
@@ -185,9 +193,15 @@ class RingBackend:
             got = self._mux.receive(0.5)
             if got is None:
                 continue
-            stream = self._streams.get(got[1].request_id)
-            if stream is not None:
-                stream.events.put(got[1])
+            msg = got[1]
+            stream = self._streams.get(msg.request_id)
+            if stream is None:
+                continue
+            stream.events.put(msg)
+            if msg.kind in (Kind.DONE, Kind.ERROR):
+                stream.ended = True
+                if stream.cancelled:  # nobody will read further: drop the registration now
+                    self.forget(msg.request_id)
 
     def send(self, kind, rid, payload):
         with self._out_lock:

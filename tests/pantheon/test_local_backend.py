@@ -1,5 +1,6 @@
 """LocalBackend: the engine's own tokens through a thread and a queue; admission, cancel, close."""
 
+import threading
 import pytest
 
 import pantheon
@@ -109,3 +110,20 @@ def test_a_crashed_engine_fails_its_requests_and_reports_failed():
             backend.generate(request())
     finally:
         backend.close()
+
+
+def test_a_stream_resumed_after_its_consumer_stopped_still_ends():
+    """A consumer that stops right after a Tokens and iterates again gets the Finished queued behind it."""
+    from pantheon.http.backend import Finished, Tokens
+    from pantheon.local_backend import LocalStream
+
+    stream = LocalStream(runner=None, engine_request=None)
+    for item in (Tokens((5,), 0), Tokens((6,), 1), Finished("length", 3, 0, 2)):
+        stream.events.put(item)
+    first = next(iter(stream))
+    assert first == Tokens((5, 6), 0)
+    rest = []
+    reader = threading.Thread(target=lambda: rest.extend(stream), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert rest == [Finished("length", 3, 0, 2)], "the Finished behind the last tokens was lost"

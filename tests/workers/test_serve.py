@@ -195,3 +195,20 @@ def test_bundled_demo_model_is_served_without_a_model_flag():
         assert len(reply["choices"][0]["message"]["content"].split()) >= 3
     finally:
         assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_strings_through_the_rings(client, stream):
+    full = client.completions.create(model="rep", prompt="Once upon a time", max_tokens=24, temperature=0,
+                                     logit_bias={"2": -100})
+    text = full.choices[0].text
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    kw = dict(model="rep", prompt="Once upon a time", max_tokens=24, temperature=0, logit_bias={"2": -100},
+              stop=[stop])
+    if stream:
+        chunks = list(client.completions.create(stream=True, **kw))
+        got, reason = "".join(c.choices[0].text for c in chunks), chunks[-1].choices[0].finish_reason
+    else:
+        out = client.completions.create(**kw)
+        got, reason = out.choices[0].text, out.choices[0].finish_reason
+    assert (got, reason) == (text[:text.find(stop)], "stop")
