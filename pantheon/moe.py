@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from pantheon.kernels.matmul import matmul
+from pantheon.kernels.matmul import matmul, qmatmul
 from pantheon.ops import silu, softmax
 
 
@@ -14,14 +14,21 @@ def route(router_logits, k):
     return ids, (w / w.sum(axis=-1, keepdims=True)).astype(np.float32)  # [n, k]
 
 
+def router_logits(router, h):
+    """float32 [n, E], one row at a time: the same kernel whatever n is, so a row's routing (and the
+    int8 rounding of everything after it) does not depend on how many rows share the batch."""
+    return np.concatenate([matmul(router, h[i:i + 1]) for i in range(len(h))])  # [n, E]
+
+
 def moe_ffn(experts, h, n_used):
     """h float32 [n, dim] -> float32 [n, dim]; each expert runs once on the rows routed to it."""
-    ids, weights = route(matmul(experts.router, h), n_used)  # [n, k], [n, k]
+    ids, weights = route(router_logits(experts.router, h), n_used)  # [n, k], [n, k]
     out = np.zeros_like(h)  # [n, dim]
     for e in np.unique(ids):
         rows, slot = np.nonzero(ids == e)  # [m], [m]
         x = np.ascontiguousarray(h[rows])  # [m, dim]
-        act = silu(matmul(experts.gate[e], x)) * matmul(experts.up[e], x)  # [m, ff]
-        y = matmul(experts.down[e], act)  # [m, dim]
+        # the int8 path of dense layers: x rounded once for gate and up, per row (batch-invariant)
+        gate, up = qmatmul((experts.gate[e], experts.up[e]), x)  # [m, ff] each
+        y = qmatmul((experts.down[e],), silu(gate) * up)[0]  # [m, dim]
         out[rows] += y * weights[rows, slot][:, None]
     return out

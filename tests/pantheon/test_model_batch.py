@@ -7,7 +7,7 @@ import pantheon
 from tests.conftest import shared_path
 
 
-@pytest.fixture(scope="module", params=["llama-q4_0", "qwen2-q8_0", "llama-q4_k_m"])
+@pytest.fixture(scope="module", params=["llama-q4_0", "qwen2-q8_0", "llama-q4_k_m", "qwen3moe-q8_0", "mixtral-q8_0"])
 def model(request):
     return pantheon.open_model(str(shared_path("golden", f"{request.param}.gguf")), threads=2)
 
