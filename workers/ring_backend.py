@@ -228,7 +228,10 @@ class RingBackend:
         raise UnknownModel(f"model {name!r} is not served here; see GET /v1/models")
 
     def served(self, name):
-        slot, rec = self._slot_of(name)
+        return self._served_slot(*self._slot_of(name))
+
+    def _served_slot(self, slot, rec):
+        """Tokenizer and template of a slot, opened once per slot version; 503 unless it is loaded."""
         if rec["state"] == SLOT_LOADING:
             raise Unavailable(f"model {text(rec['name'])!r} is still loading", retry_after=2.0)
         if rec["state"] != SLOT_LOADED:
@@ -242,7 +245,7 @@ class RingBackend:
         if self.draining:
             raise Unavailable("the server is shutting down", retry_after=5.0)
         slot, rec = self._slot_of(req.model)
-        served = self.served(req.model)
+        served = self._served_slot(slot, rec)
         budget = req.reasoning_budget or int(rec["reasoning_budget"])
         job = protocol.Job(slot, self.front, tuple(req.prompt), req.max_tokens, req.sampling, tuple(req.stop_ids),
                            session_hash(req.session), budget, served.think_ids or (0, 0))
