@@ -14,10 +14,10 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from threadpoolctl import threadpool_limits
 
-from pantheon.kernels import matmul as mm
-from pantheon.kernels import q8dot
-from pantheon.kernels.registry import kernels_for, supported_types
-from pantheon.weights import Weight
+from pantheon.engine.kernels import matmul as mm
+from pantheon.engine.kernels import q8dot
+from pantheon.engine.kernels.registry import kernels_for, supported_types
+from pantheon.engine.weights import Weight
 
 # (rows, cols) of TinyLlama-1.1B's attention (q, o), ffn_gate/ffn_up and ffn_down matrices.
 SHAPES = ((2048, 2048), (5632, 2048), (2048, 5632))

@@ -35,8 +35,8 @@ BAN_EOS = {"2": -100}
 def in_process(path, max_tokens):
     """Decode tokens/s of one greedy stream through the engine, pinned to one core like a die."""
     import pantheon
-    from pantheon.engine import Engine, EngineConfig, Request, TokenEvent
-    from pantheon.sampler import SamplingParams
+    from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
+    from pantheon.engine.sampler import SamplingParams
 
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     model = pantheon.open_model(path, threads=1)

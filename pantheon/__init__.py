@@ -7,13 +7,13 @@ __all__ = ["__version__", "open_model", "open_tokenizer"]
 
 def open_model(path, threads=None, quantize=False):
     """Open a GGUF model zero-copy; see docs/python-api.md."""
-    from pantheon.model import open_model as _open_model
+    from pantheon.engine.model import open_model as _open_model
 
     return _open_model(path, threads=threads, quantize=quantize)
 
 
 def open_tokenizer(path):
     """Open only the tokenizer of a GGUF file (vocabulary-only files included)."""
-    from pantheon.tokenizer import open_tokenizer as _open_tokenizer
+    from pantheon.text.tokenizer import open_tokenizer as _open_tokenizer
 
     return _open_tokenizer(path)

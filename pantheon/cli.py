@@ -68,8 +68,8 @@ class Session:
     """One model, one engine and one conversation: turns reuse the previous turns' KV cache."""
 
     def __init__(self, model, params, max_tokens):
-        from pantheon.engine import Engine, EngineConfig
-        from pantheon.prompting import PromptBuilder
+        from pantheon.engine.scheduler import Engine, EngineConfig
+        from pantheon.text.prompting import PromptBuilder
 
         self.model, self.params, self.max_tokens = model, params, max_tokens
         self.engine = Engine(model, EngineConfig(n_ctx=min(model.config.n_ctx_train, 4096), max_batch=1))
@@ -78,8 +78,8 @@ class Session:
 
     def generate(self, ids, out):
         """Stream the reply to `out`; returns (text, stats)."""
-        from pantheon.detokenize import Detokenizer
-        from pantheon.engine import Request, TokenEvent
+        from pantheon.text.detokenize import Detokenizer
+        from pantheon.engine.scheduler import Request, TokenEvent
 
         self.turn += 1
         self.engine.add(Request(self.turn, tuple(ids), self.max_tokens, self.params,
@@ -127,7 +127,7 @@ def chat_loop(session, system, stdin, stdout):
 
 
 def _open(args):
-    from pantheon.model import open_model
+    from pantheon.engine.model import open_model
 
     path = args.model
     if path is None:
@@ -138,7 +138,7 @@ def _open(args):
 
 
 def run(args, stdout=sys.stdout, stderr=sys.stderr):
-    from pantheon.sampler import SamplingParams
+    from pantheon.engine.sampler import SamplingParams
 
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     session = Session(_open(args), params, args.max_tokens)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import pantheon
-from pantheon.engine import Engine, EngineConfig, Request
-from pantheon.sampler import SamplingParams
+from pantheon.engine.scheduler import Engine, EngineConfig, Request
+from pantheon.engine.sampler import SamplingParams
 from tests.conftest import shared_path
 from tests.counting_model import build, expected_ids
 

@@ -77,7 +77,7 @@ class AdminDesk:
         return {"slot": slot}
 
     def _spec(self, body):
-        from pantheon.settings import ModelSpec
+        from pantheon.serve.settings import ModelSpec
 
         path = self._confined(_field(body, "path", str))
         name = _field(body, "name", str, os.path.basename(path)) or os.path.basename(path)
@@ -106,8 +106,8 @@ class AdminDesk:
 
     def _admit(self, spec, slots):
         """Pre-flight: open the header (typed errors become 400) and check the memory estimate."""
-        from pantheon.config import config_from_metadata
-        from pantheon.gguf_file import open_gguf
+        from pantheon.gguf.config import config_from_metadata
+        from pantheon.gguf.file import open_gguf
 
         try:
             config_from_metadata(open_gguf(spec.path).metadata)

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from ipc import Kind
 from ipc.messages import encode_error
 from ipc.mux import Mux
-from pantheon.routing import SessionMap, pick_replica
+from pantheon.serve.routing import SessionMap, pick_replica
 from workers import protocol
 from workers.tables import DIE_UP, SLOT_LOADED, text
 
 ACK = b"\x01"
-CRITICAL = 3  # pantheon.memory.PressureLevel.CRITICAL, as stored in the instance record
+CRITICAL = 3  # pantheon.serve.memory.PressureLevel.CRITICAL, as stored in the instance record
 CRITICAL_RETRY_S = 5
 QUEUED = 255
 
@@ -35,7 +35,7 @@ class Dispatcher:
     """Owns the front->supervisor and die->supervisor rings; one thread runs `run_once` in a loop."""
 
     def __init__(self, layout, queue_factor=1.0):
-        from pantheon.metrics import Recorder
+        from pantheon.serve.metrics import Recorder
 
         self.layout, self.tables = layout, layout.tables
         self.gauges = Recorder(layout.metrics, layout.metrics_rows, row=layout.n_fronts)

@@ -5,9 +5,9 @@ import signal
 import threading
 import time
 
-from pantheon.http.app import create_app
-from pantheon.metrics import Recorder
-from pantheon.http.admin import admin_enabled
+from pantheon.serve.http.app import create_app
+from pantheon.serve.metrics import Recorder
+from pantheon.serve.http.admin import admin_enabled
 from workers.ring_admin import RingAdmin
 from workers.ring_backend import RingBackend
 

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from ipc import Channel, Segment
-from pantheon.metrics import Layout as MetricsLayout
+from pantheon.serve.metrics import Layout as MetricsLayout
 from workers.tables import Tables, table_bytes
 
 # Prompts travel to dies in continuation frames of this size; tokens come back in small frames.
@@ -28,7 +28,7 @@ class Layout:
     metrics: MetricsLayout  # rows 0..F-1: fronts; row F: the supervisor (queue depth, in-flight per die)
     metrics_rows: object  # float64 [F + 1, width] in shared memory
     metrics_segment: Segment
-    die_list: list = None  # pantheon.dies.Die per die index (plain data, inherited by fork)
+    die_list: list = None  # pantheon.serve.dies.Die per die index (plain data, inherited by fork)
 
     @classmethod
     def create(cls, n_fronts, n_dies, model_names=(), die_names=(), die_list=None):

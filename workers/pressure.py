@@ -2,7 +2,7 @@
 
 import time
 
-from pantheon.memory import PressureLevel, PressureMonitor, ram_source
+from pantheon.serve.memory import PressureLevel, PressureMonitor, ram_source
 
 POLL_S = 0.5
 
@@ -20,7 +20,7 @@ class PressureWatch:
     """Polled from the supervisor's main loop; publishes the level in the shared instance record."""
 
     def __init__(self, ops, die_list, nvml=None):
-        from pantheon.dies import die_memory
+        from pantheon.serve.dies import die_memory
 
         cuda = {d.name: d for d in die_list if d.kind == "cuda"}
         vram = (lambda: die_memory(cuda, nvml)) if cuda else None

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ipc import messages
 from ipc.errors import FrameError
-from pantheon.sampler import SamplingParams
+from pantheon.engine.sampler import SamplingParams
 
 # SUBMIT's routing record after the sampling struct and prompt ids.
 _ROUTE = struct.Struct("<HHQIIIHH")

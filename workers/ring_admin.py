@@ -39,7 +39,7 @@ class RingAdmin:
         """The estimator's parts for this slot (bytes), computed once per slot version from the GGUF header."""
         key = (i, int(rec["version"]))
         if key not in self._estimates:
-            from pantheon.fit import estimate
+            from pantheon.serve.fit import estimate
 
             try:
                 est = estimate(text(rec["path"]), dies=self._die_names(rec["dies"]) or ("cpu0",),
@@ -71,7 +71,7 @@ class RingAdmin:
 
     def _ask(self, kind, body, timeout):
         """Send an admin record to the supervisor and wait for its STATUS (JSON) or ERROR (status, JSON)."""
-        from pantheon.http.admin import AdminRefused
+        from pantheon.serve.http.admin import AdminRefused
 
         rid = self.backend.new_id()
         reply = queue.Queue()
@@ -97,7 +97,7 @@ class RingAdmin:
     def load_progress(self, body):
         """Yield {"state", "elapsed_s"} about every half second while loading, then the final {"model"}.
         Refusals and failures raise AdminRefused (before the first event when refused up front)."""
-        from pantheon.http.admin import AdminRefused
+        from pantheon.serve.http.admin import AdminRefused
 
         timeout = body.get("timeout", 600) if isinstance(body.get("timeout", 600), (int, float)) else 600
         started = time.monotonic()

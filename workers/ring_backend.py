@@ -10,7 +10,7 @@ import time
 from ipc import Kind
 from ipc.messages import decode_error
 from ipc.mux import Mux
-from pantheon.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, ServedModel, Tokens,
+from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, ServedModel, Tokens,
                                    Unavailable, UnknownModel)
 from workers import protocol
 from workers.worker import context_size
@@ -287,10 +287,10 @@ class RingBackend:
 
 def _open_served(rec):
     """Tokenizer, template and context of a slot, read from its GGUF metadata (no weights touched)."""
-    from pantheon.config import config_from_metadata
-    from pantheon.gguf_file import open_gguf
-    from pantheon.prompting import PromptBuilder
-    from pantheon.tokenizer import Tokenizer
+    from pantheon.gguf.config import config_from_metadata
+    from pantheon.gguf.file import open_gguf
+    from pantheon.text.prompting import PromptBuilder
+    from pantheon.text.tokenizer import Tokenizer
 
     meta = open_gguf(text(rec["path"])).metadata
     tok = Tokenizer.from_metadata(meta)

@@ -3,7 +3,7 @@
 import sys
 
 from pantheon.errors import PantheonError, UsageError
-from pantheon.settings import HelpRequested, parse_serve_args, usage_text
+from pantheon.serve.settings import HelpRequested, parse_serve_args, usage_text
 
 
 def main(argv=None):
@@ -27,7 +27,7 @@ def main(argv=None):
 
 
 def run(config):
-    from pantheon.dies import discover_dies, resolve_placement
+    from pantheon.serve.dies import discover_dies, resolve_placement
     from workers.supervisor import Supervisor
 
     dies = discover_dies(config.cpu_dies)

@@ -286,7 +286,7 @@ class Supervisor:
 
     def _baseline_vram(self):
         """Record each GPU die's memory use while no worker runs on it (before the first fork)."""
-        from pantheon.dies import die_memory
+        from pantheon.serve.dies import die_memory
         from workers.vram import Reclaim
 
         cuda = {d.name: d for d in self.die_list if d.kind == "cuda"}
@@ -324,9 +324,9 @@ class Supervisor:
         a file the estimator cannot read is a REFUSED verdict naming why."""
         from types import MappingProxyType
 
-        from pantheon.dies import die_memory
+        from pantheon.serve.dies import die_memory
         from pantheon.errors import GGUFError
-        from pantheon.fit import REFUSED, Verdict, estimate, verdict
+        from pantheon.serve.fit import REFUSED, Verdict, estimate, verdict
 
         if shared is None:
             shared = [text(rec["path"]) for _, rec in self.layout.tables.live_slots()]

@@ -37,9 +37,9 @@ class DieWorker:
         self._load(slots, threads)
 
     def _load(self, slots, threads):
-        from pantheon.engine import Engine, EngineConfig
+        from pantheon.engine.scheduler import Engine, EngineConfig
         from pantheon.errors import UnsupportedDevice
-        from pantheon.model import open_model
+        from pantheon.engine.model import open_model
 
         for i in slots:
             rec = self.layout.tables.read_slot(i)
@@ -110,7 +110,7 @@ class DieWorker:
         self.rec["failed"] = int(self.rec["failed"]) & ~(1 << slot)
 
     def _submit(self, msg):
-        from pantheon.engine import Request
+        from pantheon.engine.scheduler import Request
         from pantheon.errors import PantheonError
 
         job = protocol.decode_job(bytes(msg.payload))
@@ -136,7 +136,7 @@ class DieWorker:
         self.to_sup.send(Kind.DONE, rid, 0, protocol.encode_done("abort", 0, 0, 0), timeout=5.0)
 
     def _route(self, events):
-        from pantheon.engine import TokenEvent
+        from pantheon.engine.scheduler import TokenEvent
 
         for ev in events:
             out = self.to_front[protocol.front_of(ev.id)]

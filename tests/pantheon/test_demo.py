@@ -7,9 +7,9 @@ import pytest
 
 import pantheon
 from pantheon.demo import demo_model_path
-from pantheon.engine import Engine, EngineConfig, Request, TokenEvent
-from pantheon.gguf_file import open_gguf
-from pantheon.sampler import SamplingParams
+from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
+from pantheon.gguf.file import open_gguf
+from pantheon.engine.sampler import SamplingParams
 from tests.conftest import shared_path
 
 MAX_BYTES = 10 * 1024 * 1024
@@ -102,7 +102,7 @@ def test_word_check_rejects_noise(model, english):
 
 
 def test_chat_template_renders(model):
-    from pantheon.chat import ChatTemplate
+    from pantheon.text.chat import ChatTemplate
 
     template = ChatTemplate.from_metadata(model.gguf.metadata)
     assert not template.is_default

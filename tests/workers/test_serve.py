@@ -8,8 +8,8 @@ import time
 import pytest
 
 import pantheon
-from pantheon.engine import Engine, EngineConfig, Request
-from pantheon.sampler import SamplingParams
+from pantheon.engine.scheduler import Engine, EngineConfig, Request
+from pantheon.engine.sampler import SamplingParams
 from tests.conftest import shared_path
 from tests.workers.serving import Server
 

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pantheon.dies import Die
-from tests.pantheon.test_dies import FakeNVML
+from pantheon.serve.dies import Die
+from tests.pantheon.serve.test_dies import FakeNVML
 from workers.restarts import RestartPolicy
 from workers.supervisor import Supervisor
 from workers.tables import DIE_DEGRADED, DIE_DOWN, DIE_STARTING, Tables, table_bytes

@@ -1,6 +1,6 @@
 """A die worker in this process (no fork): what it does with models it cannot run."""
 
-from pantheon.dies import Die
+from pantheon.serve.dies import Die
 from tests.conftest import shared_path
 from workers import protocol
 from workers.layout import Layout

@@ -1,0 +1,72 @@
+"""Matrix products of raw-block weights with float32 activations: gemv for few rows, tiles+BLAS for many."""
+
+import numba
+import numpy as np
+
+from pantheon.engine.kernels import q8dot
+from pantheon.engine.kernels.registry import kernels_for
+
+# Above this many activation rows, dequantizing tiles and calling sgemm beats the raw-block kernel:
+# gemv costs grow with every vector (Q4_0 2048x5632: ~1.6 ms each on one core) while the tile path
+# pays one dequantization (~12 ms) and a cheap sgemm.
+GEMV_MAX_BATCH = 8
+# Float32 bytes dequantized per tile. Large on purpose: each switch between numba's thread pool
+# (dequant) and OpenBLAS's (sgemm) costs milliseconds on 2 shared vCPUs, so one tile per matrix
+# (2048x5632 is 46 MB) measured 1.3-1.9x faster than 256..1024-row tiles; the cap bounds the
+# scratch for vocabulary-sized matrices.
+TILE_BYTES = 64 << 20
+# Threads for the dequantization ahead of sgemm: running it on numba's pool while OpenBLAS's workers
+# still spin from the previous sgemm made it slower than one thread (measured at 2 threads).
+DEQUANT_THREADS = 1
+
+
+def matmul(w, x, out=None):
+    """x float32 [n, w.cols] -> float32 [n, w.rows]: x @ dequant(w).T."""
+    n = x.shape[0]
+    if out is None:
+        out = np.empty((n, w.rows), dtype=np.float32)  # [n, rows]
+    k = kernels_for(w.qtype)
+    if n <= GEMV_MAX_BATCH:
+        k.gemv(w.raw, x, out)
+        return out
+    step = max(1, min(w.rows, TILE_BYTES // (4 * w.cols)))
+    tile = np.empty((step, w.cols), dtype=np.float32)  # [step, cols]
+    for r0 in range(0, w.rows, step):
+        r1 = min(r0 + step, w.rows)
+        _dequant_serially(k, w.raw[r0:r1], tile[: r1 - r0])
+        np.matmul(x, tile[: r1 - r0].T, out=out[:, r0:r1])  # [n, r1-r0]
+    return out
+
+
+def qmatmul(ws, x):
+    """[x @ dequant(w).T for w in ws], float32 [n, w.rows] each, with x rounded once to int8 per 32 values.
+
+    That rounding is the one llama.cpp applies before its quantized dot products (so logits track
+    llama.cpp's, not the exact float product); weights without a VNNI kernel get the exact matmul."""
+    n, acts, outs = x.shape[0], None, []
+    for w in ws:
+        if not q8dot.supports(w.qtype):
+            outs.append(matmul(w, x))  # [n, rows]
+            continue
+        acts = acts or q8dot.Activations(x)
+        out = np.empty((n, w.rows), dtype=np.float32)  # [n, rows]
+        q8dot.product(w.qtype, w.raw, acts, out)
+        outs.append(out)
+    return outs
+
+
+def _dequant_serially(k, raw, tile):
+    threads = numba.get_num_threads()
+    numba.set_num_threads(min(threads, DEQUANT_THREADS))
+    try:
+        k.dequant(raw, tile)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def dequantize_rows(w, ids):
+    """float32 [len(ids), w.cols]: rows `ids` of `w` dequantized (embedding lookup)."""
+    k = kernels_for(w.qtype)
+    out = np.empty((len(ids), w.cols), dtype=np.float32)  # [n, cols]
+    k.dequant(np.ascontiguousarray(w.raw[np.asarray(ids)]), out)
+    return out

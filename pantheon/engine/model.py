@@ -1,0 +1,140 @@
+"""The transformer forward pass for the llama family (llama, qwen2, qwen3, qwen3moe, phi3)."""
+
+import os
+
+import numpy as np
+
+from pantheon.engine.attention import attend
+from pantheon.gguf.config import config_from_metadata
+from pantheon.gguf.file import open_gguf
+from pantheon.engine.kernels.matmul import dequantize_rows, qmatmul
+from pantheon.engine.kvcache import KVCache
+from pantheon.engine.model_weights import bind_weights
+from pantheon.engine.moe import moe_ffn
+from pantheon.engine.ops import Rope, rms_norm, silu
+from pantheon.engine.quantize import quantize_weights
+from pantheon.engine.threads import ThreadBudget
+
+
+class Model:
+    """Weights (zero-copy), config and tokenizer of one model; forward() advances several sequences."""
+
+    def __init__(self, gguf, config, weights, threads):
+        self.gguf, self.config, self.weights = gguf, config, weights
+        self.threads = ThreadBudget(threads)
+        self.rope = Rope(config.n_rot, config.rope_base, config.neox_rope)
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer, built from its metadata on first use."""
+        if self._tokenizer is None:
+            from pantheon.text.tokenizer import Tokenizer
+
+            self._tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
+        return self._tokenizer
+
+    def new_cache(self, n_ctx=None):
+        """An empty KV cache for one sequence (n_ctx defaults to the training context)."""
+        return KVCache(self.config, n_ctx or self.config.n_ctx_train)
+
+    def logits(self, tokens):
+        """float32 [len(tokens), n_vocab]: logits at every position of `tokens`, in one pass."""
+        cache = KVCache(self.config, max(len(tokens), 1), initial=len(tokens))
+        return self.forward([(cache, tokens)], all_logits=True)[0]
+
+    def forward(self, segments, all_logits=False):
+        """Extend each (cache, new token ids) segment; one pass over the weights for all of them.
+
+        Returns per segment float32 [len(ids), n_vocab] if all_logits, else [1, n_vocab] (last position).
+        """
+        segs = [(c, np.asarray(t, dtype=np.int64)) for c, t in segments]
+        for cache, toks in segs:
+            cache.reserve(len(toks))
+        with self.threads:
+            x = self._layers(segs)  # [N, dim]
+            logits = self._head(x, segs, all_logits)
+        for cache, toks in segs:
+            cache.tokens.extend(int(t) for t in toks)
+        return logits
+
+    def _layers(self, segs):
+        toks = np.concatenate([t for _, t in segs])  # [N]
+        pos = np.concatenate([np.arange(len(c), len(c) + len(t)) for c, t in segs])  # [N]
+        cos, sin = self.rope.tables(pos)  # [N, 1, n_rot/2] each
+        x = dequantize_rows(self.weights.token_embd, toks)  # [N, dim]
+        for li, blk in enumerate(self.weights.blocks):
+            h = rms_norm(x, blk.attn_norm, self.config.norm_eps)  # [N, dim]
+            x += qmatmul([blk.wo], self._attention(li, blk, h, segs, cos, sin))[0]  # [N, dim]
+            h = rms_norm(x, blk.ffn_norm, self.config.norm_eps)  # [N, dim]
+            x += self._ffn(blk, h)  # [N, dim]
+        return x
+
+    def _head(self, x, segs, all_logits):
+        ends = np.cumsum([len(t) for _, t in segs])  # [segments]
+        rows = np.arange(len(x)) if all_logits else ends - 1  # [rows]
+        h = rms_norm(x[rows], self.weights.output_norm, self.config.norm_eps)  # [rows, dim]
+        out = qmatmul([self.weights.output], np.ascontiguousarray(h))[0]  # [rows, n_vocab]
+        if not all_logits:
+            return [out[i:i + 1] for i in range(len(segs))]
+        return np.split(out, ends[:-1])
+
+    def _qkv(self, blk, h):
+        c = self.config
+        if blk.wqkv is not None:
+            qkv = qmatmul([blk.wqkv], h)[0]  # [N, (H + 2*KV)*hd]
+            nq, nk = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+            q, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]  # column views
+        else:
+            q, k, v = qmatmul([blk.wq, blk.wk, blk.wv], h)  # [N, H*hd], [N, KV*hd] x2
+        if blk.bq is not None:
+            q, k, v = q + blk.bq, k + blk.bk, v + blk.bv
+        n = len(h)
+        q = np.ascontiguousarray(q).reshape(n, c.n_head, c.head_dim)  # [N, H, hd]
+        k = np.ascontiguousarray(k).reshape(n, c.n_head_kv, c.head_dim)  # [N, KV, hd]
+        v = np.ascontiguousarray(v).reshape(n, c.n_head_kv, c.head_dim)  # [N, KV, hd]
+        if blk.q_norm is not None:
+            q, k = rms_norm(q, blk.q_norm, c.norm_eps), rms_norm(k, blk.k_norm, c.norm_eps)  # per head
+        return q, k, v
+
+    def _attention(self, li, blk, h, segs, cos, sin):
+        q, k, v = self._qkv(blk, h)
+        self.rope.apply(q, cos, sin)
+        self.rope.apply(k, cos, sin)
+        out = np.empty((len(h), self.config.n_head * self.config.head_dim), dtype=np.float32)  # [N, H*hd]
+        off = 0
+        for cache, toks in segs:
+            p0, s = len(cache), len(toks)
+            cache.k[li, :, p0:p0 + s] = k[off:off + s].transpose(1, 0, 2)
+            cache.v[li, :, p0:p0 + s] = v[off:off + s].transpose(1, 0, 2)
+            out[off:off + s] = attend(q[off:off + s], cache.k[li], cache.v[li], p0)
+            off += s
+        return out
+
+    def _ffn(self, blk, h):
+        if blk.experts is not None:
+            return moe_ffn(blk.experts, h, self.config.n_expert_used)  # [N, dim]
+        if blk.gate is None:
+            gu = qmatmul([blk.up], h)[0]  # [N, 2*ff]
+            ff = self.config.n_ff
+            return qmatmul([blk.down], np.ascontiguousarray(silu(gu[:, :ff]) * gu[:, ff:]))[0]  # [N, dim]
+        g, u = qmatmul([blk.gate, blk.up], h)  # [N, ff] x2
+        return qmatmul([blk.down], silu(g) * u)[0]  # [N, dim]
+
+
+def default_threads():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def open_model(path, threads=None, quantize=False):
+    """Open a GGUF model zero-copy: typed GGUFError subclasses on anything malformed.
+
+    quantize=True converts float (F32/F16/BF16) matrices to Q8_0 in memory: no longer zero-copy,
+    but half of F16's memory traffic per token."""
+    gguf = open_gguf(path)
+    config = config_from_metadata(gguf.metadata)
+    weights = bind_weights(gguf.tensors, config)
+    if quantize:
+        weights = quantize_weights(weights)
+    return Model(gguf, config, weights, threads or default_threads())

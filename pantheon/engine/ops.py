@@ -1,0 +1,63 @@
+"""Element-wise and normalisation operations of the transformer, in float32 numpy."""
+
+import numpy as np
+
+from pantheon.engine.kernels.jit import serial
+
+
+@serial
+def _rms_rows(x, weight, eps, out):
+    # Row by row in one fixed order: a row's result never depends on how many rows share the call.
+    n, d = x.shape
+    for i in range(n):
+        ss = np.float32(0.0)
+        for j in range(d):
+            ss += x[i, j] * x[i, j]
+        inv = np.float32(1.0) / np.sqrt(ss / np.float32(d) + eps)
+        for j in range(d):
+            out[i, j] = x[i, j] * inv * weight[j]
+
+
+def rms_norm(x, weight, eps):
+    """x float32 [..., d] scaled to unit root-mean-square, times weight [d]."""
+    d = x.shape[-1]
+    out = np.empty(x.shape, np.float32)  # [..., d]
+    _rms_rows(np.ascontiguousarray(x).reshape(-1, d), weight, np.float32(eps), out.reshape(-1, d))
+    return out
+
+
+def silu(x):
+    """x * sigmoid(x), float32, safe for large negative x (exp overflow gives 0, not NaN)."""
+    with np.errstate(over="ignore"):
+        return x / (np.float32(1.0) + np.exp(-x))  # [...]
+
+
+def softmax(x, axis=-1):
+    """Numerically stable softmax along `axis`."""
+    e = np.exp(x - x.max(axis=axis, keepdims=True))  # [...]
+    return e / e.sum(axis=axis, keepdims=True)  # [...]
+
+
+class Rope:
+    """Rotary position embedding over the first n_rot dims: interleaved pairs, or NeoX halves."""
+
+    def __init__(self, n_rot, base, neox):
+        self.n_rot, self.neox = n_rot, neox
+        self.inv_freq = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)  # [n_rot/2]
+
+    def tables(self, pos):
+        """cos, sin float32 [S, 1, n_rot/2] for positions pos [S]; shared by q and k of one step."""
+        theta = np.asarray(pos, dtype=np.float64)[:, None] * self.inv_freq[None, :]  # [S, n_rot/2]
+        return np.cos(theta).astype(np.float32)[:, None, :], np.sin(theta).astype(np.float32)[:, None, :]
+
+    def apply(self, x, cos, sin):
+        """Rotate x float32 [S, heads, head_dim] in place and return it."""
+        half = self.n_rot // 2
+        if self.neox:
+            a, b = x[..., :half], x[..., half:self.n_rot]  # [S, H, half] views
+        else:
+            a, b = x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2]  # [S, H, half] views
+        a2 = a * cos - b * sin  # [S, H, half]
+        b[...] = a * sin + b * cos
+        a[...] = a2
+        return x

@@ -1,0 +1,55 @@
+"""create_app: the OpenAI-compatible WSGI app (Falcon) over any Backend."""
+
+import falcon
+
+from pantheon.serve.http import errors
+from pantheon.serve.http.admin import AdminAuth, add_admin_routes
+from pantheon.serve.http.auth import BearerAuth
+from pantheon.serve.http.completions import ChatCompletions, Completions, Options
+from pantheon.serve.http.disconnect import DisconnectWatch
+from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
+from pantheon.serve.http.shapes import FINGERPRINT
+from pantheon.serve.metrics import OTHER
+
+ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions",
+             "/tokenize": "tokenize", "/detokenize": "detokenize"}
+
+
+class _CountRequests:
+    """Falcon middleware: one count per answered request on the endpoints the metrics name."""
+
+    def __init__(self, recorder):
+        self.recorder = recorder
+
+    def process_response(self, req, resp, resource, req_succeeded):
+        endpoint = ENDPOINTS.get(req.path)
+        if endpoint is not None:
+            self.recorder.request(getattr(req.context, "model", OTHER), endpoint, resp.status_code)
+
+
+def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_limit=16 * 2**20,
+               fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True):
+    """A falcon.App (WSGI) serving the OpenAI API over `backend` (pantheon.serve.http.backend.Backend).
+
+    api_keys: bearer keys; empty means no auth. metrics: this process's pantheon.serve.metrics.Recorder
+    (request counts, tokens, latencies), or None to record nothing here. default_max_tokens: used
+    when a request sets none (None: until the context is full). body_limit: bytes per request body.
+    admin: an object with admin_models/admin_dies/admin_load/admin_unload (None: no /admin routes),
+    guarded by admin_token; admin_on=False answers 403 (a non-loopback bind without a token).
+    """
+    middleware = [AdminAuth(admin_token, admin_on), BearerAuth(api_keys)]
+    middleware += [_CountRequests(metrics)] if metrics is not None else []
+    app = falcon.App(middleware=middleware)
+    app.req_options.strip_url_path_trailing_slash = True
+    errors.install(app)
+    options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch())
+    app.add_route("/v1/models", Models(backend))
+    app.add_route("/v1/chat/completions", ChatCompletions(backend, options))
+    app.add_route("/v1/completions", Completions(backend, options))
+    app.add_route("/tokenize", Tokenize(backend, body_limit))
+    app.add_route("/detokenize", Detokenize(backend, body_limit))
+    app.add_route("/health", Health(backend))
+    app.add_route("/metrics", Metrics(backend))
+    if admin is not None:
+        add_admin_routes(app, admin, body_limit)
+    return app

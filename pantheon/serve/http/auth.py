@@ -1,0 +1,30 @@
+"""Bearer-token auth: every route but /health, /metrics and /admin/* (see admin.py) needs an API key."""
+
+import hmac
+
+from pantheon.serve.http.errors import RequestError
+
+PUBLIC_PATHS = frozenset({"/health", "/metrics"})
+
+
+class BearerAuth:
+    """Falcon middleware; with no keys configured every request passes."""
+
+    def __init__(self, api_keys):
+        self.keys = tuple(k.encode() for k in api_keys)
+
+    def process_request(self, req, resp):
+        if not self.keys or req.path in PUBLIC_PATHS or req.path.startswith("/admin"):
+            return
+        scheme, _, token = (req.get_header("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _refused("missing API key: send the header Authorization: Bearer <key>")
+        token = token.strip().encode()
+        # compare against every key, so the time taken does not tell which one nearly matched
+        if not sum(hmac.compare_digest(token, key) for key in self.keys):
+            raise _refused("incorrect API key provided")
+
+
+def _refused(message):
+    return RequestError(message, code="invalid_api_key", status=401, type="authentication_error",
+                        headers={"WWW-Authenticate": "Bearer"})

@@ -1,0 +1,126 @@
+"""The contract between the HTTP layer and whatever runs the models (in-process engine or die workers)."""
+
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Protocol, Union
+
+from pantheon.errors import PantheonError
+from pantheon.engine.sampler import SamplingParams
+
+
+class BackendError(PantheonError):
+    """A request the backend refuses; `status`, `type` and `code` shape the OpenAI error body."""
+
+    status = 500
+    type = "server_error"
+    code = "internal_error"
+    retry_after: Optional[float] = None
+
+
+class UnknownModel(BackendError):
+    status, type, code = 404, "invalid_request_error", "model_not_found"
+
+
+class ContextOverBudget(BackendError):
+    status, type, code = 400, "invalid_request_error", "context_over_budget"
+
+
+class Overloaded(BackendError):
+    """Queue full: 429 with a Retry-After computed from queue depth and observed service time."""
+
+    status, type, code = 429, "rate_limit_error", "overloaded"
+
+    def __init__(self, message, retry_after):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Unavailable(BackendError):
+    """No live replica, memory pressure CRITICAL, or shutting down: 503 with Retry-After."""
+
+    status, type, code = 503, "server_error", "unavailable"
+
+    def __init__(self, message, retry_after=1.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class GenerationFailed(BackendError):
+    """The generation started but could not finish (its worker died with no replica left)."""
+
+    status, type, code = 500, "server_error", "generation_failed"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the front needs to turn text into ids for one model name (ids only cross to the backend)."""
+
+    name: str
+    tokenizer: object  # pantheon.text.tokenizer.Tokenizer
+    prompts: object  # pantheon.text.prompting.PromptBuilder
+    n_ctx: int  # the --ctx-cap (or the engine's context): prompt + max_tokens must fit
+    think_ids: tuple = ()  # (open, close) token ids of <think> ... </think> when the vocabulary has them
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """One served name for /v1/models and /health."""
+
+    name: str
+    state: str  # "loading" | "loaded" | "failed" | "unloading"
+    replicas: int
+    n_ctx: int
+    created: int
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    model: str
+    prompt: tuple  # token ids
+    max_tokens: int
+    sampling: SamplingParams
+    stop_ids: frozenset
+    session: Optional[str] = None
+    reasoning_budget: int = 0
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """New token ids of one request, in order (seq = index of the first one)."""
+
+    ids: tuple
+    seq: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: str  # "stop" | "length" | "abort"
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+class Stream(Protocol):
+    """Events of one generation; iterating may raise BackendError (e.g. GenerationFailed)."""
+
+    def __iter__(self) -> Iterator[Union[Tokens, Finished]]: ...
+
+    def cancel(self) -> None:
+        """Stop the generation (client gone, stop string matched); idempotent, never raises."""
+
+
+class Backend(Protocol):
+    def models(self) -> list:
+        """list[ModelInfo] of every served name."""
+
+    def served(self, name: Optional[str]) -> ServedModel:
+        """The model `name` (None or ignored when exactly one is loaded); UnknownModel otherwise."""
+
+    def generate(self, request: GenerationRequest) -> Stream:
+        """Start a generation; Overloaded / Unavailable / ContextOverBudget refuse it up front."""
+
+    def health(self) -> tuple:
+        """(serving: bool, body: dict with per-model state)."""
+
+    def metrics(self) -> str:
+        """Prometheus text exposition, aggregated over every process of the instance."""

@@ -1,0 +1,151 @@
+"""POST /v1/chat/completions and /v1/completions: validate, build the prompt, generate, answer or stream."""
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from pantheon.serve.http import sse, validate
+from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
+from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
+from pantheon.serve.http.errors import RequestError, error_body
+from pantheon.serve.http.generation import Generation
+from pantheon.serve.http.shapes import FINGERPRINT, Envelope
+from pantheon.engine.sampler import SamplingParams
+
+SESSION_HEADER = "X-Session-Id"
+
+
+@dataclass
+class Options:
+    """What the generation routes share: default_max_tokens None means "until the context is full"."""
+
+    default_max_tokens: Optional[int] = 512
+    body_limit: int = 16 * 2**20
+    fingerprint: str = FINGERPRINT
+    recorder: object = None  # pantheon.serve.metrics.Recorder of this process, or None
+    watch: DisconnectWatch = None
+
+
+def resolve(backend, name):
+    """The ServedModel for `name`; a missing name is a 400 when several models are served."""
+    try:
+        return backend.served(name)
+    except UnknownModel:
+        if name is None:
+            raise RequestError("model: required when several models are served", param="model",
+                               code="missing_required_parameter") from None
+        raise
+
+
+def generation_request(served, parsed, ids, session, default_max_tokens):
+    """Budget check and clamp: prompt + 1 must fit n_ctx; max_tokens is cut to the room left."""
+    n = len(ids)
+    if n + 1 > served.n_ctx:
+        raise ContextOverBudget(f"the prompt has {n} tokens; with at least one token to generate it does "
+                                f"not fit the context of {served.n_ctx} tokens of model {served.name}")
+    room = served.n_ctx - n
+    wanted = parsed.max_tokens or default_max_tokens or room
+    sampling = SamplingParams(**parsed.sampling)
+    sampling.validate(served.tokenizer.n_vocab)
+    return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
+                             frozenset(served.tokenizer.stop_ids), session)
+
+
+class SseBody:
+    """The WSGI body of a stream; close() (waitress calls it when the socket dies) cancels the generation."""
+
+    def __init__(self, events, generation):
+        self._events, self._generation = events, generation
+
+    def __iter__(self):
+        return self._events
+
+    def close(self):
+        self._events.close()
+        self._generation.cancel()
+
+
+class _GenerateResource:
+    chat = False
+    schema, required = {}, ()
+
+    def __init__(self, backend, options):
+        self.backend, self.options = backend, options
+
+    def on_post(self, req, resp):
+        started = time.perf_counter()
+        parsed = validate.check(validate.read_json(req, self.options.body_limit), self.schema, self.required)
+        served, stream = self._start(req, parsed)
+        replica = getattr(stream, "replica", None)
+        if replica:
+            resp.set_header("X-Pantheon-Replica", replica)  # which die runs it: for operators and tests
+        gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env), self.options.recorder,
+                         served.name, started, self.options.watch)
+        env = Envelope(self.chat, served.name, self.options.fingerprint, parsed.stream and parsed.include_usage)
+        if parsed.stream:
+            resp.content_type = sse.CONTENT_TYPE
+            resp.set_headers(sse.HEADERS)
+            resp.stream = SseBody(self._events(gen, env), gen)
+        else:
+            text = "".join(gen.pieces())
+            resp.media = env.body(text, gen.finish_reason, gen.usage)
+
+    def _start(self, req, parsed):
+        """Route, build the prompt, check the budget and start the generation (refusals raise here)."""
+        served = resolve(self.backend, parsed.model)
+        req.context.model = served.name
+        session = req.get_header(SESSION_HEADER) or parsed.user
+        request = generation_request(served, parsed, self.prompt_ids(served, parsed), session,
+                                     self.options.default_max_tokens)
+        return served, self.backend.generate(request)
+
+    def _events(self, gen, env):
+        try:
+            if self.chat:
+                yield sse.event(env.chunk("", role="assistant"))
+            for text in gen.pieces():
+                yield sse.event(env.chunk(text))
+        except BackendError as exc:  # headers are gone: report in-band, as OpenAI-style servers do
+            yield sse.event(error_body(str(exc), exc.type, exc.code))
+            yield sse.DONE
+            return
+        if gen.finish_reason == "abort":
+            return
+        yield sse.event(env.chunk(None if self.chat else "", gen.finish_reason))
+        if env.include_usage:
+            yield sse.event(env.usage_chunk(gen.usage))
+        yield sse.DONE
+
+
+class ChatCompletions(_GenerateResource):
+    chat = True
+    schema, required = validate.CHAT, ("messages",)
+
+    def prompt_ids(self, served, parsed):
+        tools = parsed.tools if parsed.tool_choice != "none" else None
+        messages = [dict(m, content=_flat(m.get("content"))) for m in parsed.messages]
+        return served.prompts.chat(messages, tools=tools)
+
+
+class Completions(_GenerateResource):
+    schema, required = validate.COMPLETIONS, ("prompt",)
+
+    def prompt_ids(self, served, parsed):
+        if isinstance(parsed.prompt, str):
+            ids = served.prompts.raw(parsed.prompt)
+        else:
+            ids = parsed.prompt
+            bad = [t for t in ids if not 0 <= t < served.tokenizer.n_vocab]
+            if bad:
+                raise RequestError(f"prompt: token id {bad[0]} is outside the vocabulary of "
+                                   f"{served.tokenizer.n_vocab} tokens", param="prompt", code="invalid_value")
+        if not ids:
+            raise RequestError("prompt: tokenizes to no tokens at all", param="prompt", code="invalid_value")
+        return ids
+
+
+def _flat(content):
+    """Text parts joined into one string, so templates that expect a string see one."""
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content)
+    return content

@@ -1,0 +1,96 @@
+"""One backend stream turned into text: incremental detokenizing, stop strings, usage, timings."""
+
+import time
+
+from pantheon.text.detokenize import Detokenizer
+from pantheon.serve.http.backend import Finished, GenerationFailed, Tokens
+from pantheon.serve.http.shapes import usage
+from pantheon.serve.http.stops import StopMatcher
+
+
+class Generation:
+    """Iterate `pieces()` for the text; afterwards `finish_reason` and `usage` describe the end.
+
+    finish_reason: "stop" (stop token or stop string), "length", or "abort" when the client went
+    away (`gone()` turned true) or the consumer closed the iterator; the stream is then cancelled.
+    """
+
+    def __init__(self, stream, tokenizer, stops=(), gone=None, recorder=None, model="",
+                 started=None, watch=None):
+        self.stream, self.gone, self.recorder, self.model = stream, gone, recorder, model
+        self.detok, self.stops = Detokenizer(tokenizer), StopMatcher(stops)
+        self.started = time.perf_counter() if started is None else started
+        self.watch = watch
+        self.finish_reason = None
+        self.usage = usage()
+        self.tokens = 0
+        self._last = None
+
+    def pieces(self):
+        """Non-empty text pieces, safe to send (no partial stop string, no partial character)."""
+        try:
+            if self.watch is None:
+                yield from self._run()
+            else:
+                with self.watch.watching(self.gone, self.stream):
+                    yield from self._run()
+        finally:
+            self.cancel()
+
+    def cancel(self):
+        """End the generation early (client gone, iterator closed); idempotent."""
+        if self.finish_reason is None:
+            self.finish_reason = "abort"
+            self.stream.cancel()
+
+    def _run(self):
+        for event in self.stream:
+            if self.gone is not None and self.gone():
+                self.cancel()
+                return
+            if isinstance(event, Tokens):
+                text = self.stops.push(self._text(event))
+                if text:
+                    yield text
+                if self.stops.matched is not None:
+                    self._end_at_stop_string()
+                    return
+            elif isinstance(event, Finished):
+                text = self._finish(event)
+                if text:
+                    yield text
+                return
+
+    def _text(self, event):
+        now = time.perf_counter()
+        if self.recorder is not None:
+            if self._last is None:
+                self.recorder.ttft(self.model, now - self.started)
+            else:
+                self.recorder.itl(self.model, (now - self._last) / len(event.ids), len(event.ids))
+        self._last = now
+        self.tokens += len(event.ids)
+        return self.detok.push_many(event.ids)
+
+    def _end_at_stop_string(self):
+        """Cancel the rest, but wait for the backend's Finished: it knows the prompt and cache counts."""
+        self.finish_reason = "stop"
+        self.stream.cancel()
+        for event in self.stream:
+            if isinstance(event, Finished):
+                self._account(event, self.tokens)
+                return
+
+    def _finish(self, event):
+        if event.reason == "abort":
+            raise GenerationFailed("the generation was aborted by the server")
+        text = self.stops.push(self.detok.flush())
+        text += self.stops.flush()
+        self.finish_reason = "stop" if self.stops.matched is not None else event.reason
+        self._account(event, event.completion_tokens)
+        return text
+
+    def _account(self, event, completion_tokens):
+        self.usage = usage(event.prompt_tokens, completion_tokens, event.cached_tokens)
+        if self.recorder is not None:
+            self.recorder.tokens(self.model, event.prompt_tokens, completion_tokens, event.cached_tokens)

@@ -1,0 +1,88 @@
+"""The cheap routes: /v1/models, /health, /metrics, /tokenize, /detokenize (never wait on a generation)."""
+
+from pantheon.serve.http import validate
+from pantheon.serve.http.completions import resolve
+from pantheon.serve.http.errors import RequestError
+from pantheon.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+
+CHAT_FIELDS = sorted(validate.CHAT)
+COMPLETION_FIELDS = sorted(validate.COMPLETIONS)
+
+
+class Models:
+    def __init__(self, backend):
+        self.backend = backend
+
+    def on_get(self, req, resp):
+        resp.media = {"object": "list", "data": [_model_entry(info) for info in self.backend.models()]}
+
+
+def _model_entry(info):
+    meta = {"context_length": info.n_ctx, "replicas": info.replicas, "state": info.state,
+            "endpoints": ["chat.completions", "completions", "tokenize", "detokenize"],
+            "chat_fields": CHAT_FIELDS, "completion_fields": COMPLETION_FIELDS, **info.details}
+    return {"id": info.name, "object": "model", "created": info.created, "owned_by": "pantheon", "meta": meta}
+
+
+class Health:
+    def __init__(self, backend):
+        self.backend = backend
+
+    def on_get(self, req, resp):
+        serving, body = self.backend.health()
+        resp.status = 200 if serving else 503
+        resp.media = {"status": "ok" if serving else "unavailable", **body}
+
+
+class Metrics:
+    def __init__(self, backend):
+        self.backend = backend
+
+    def on_get(self, req, resp):
+        resp.content_type = METRICS_CONTENT_TYPE
+        resp.text = self.backend.metrics()
+
+
+class Tokenize:
+    """llama-server's /tokenize: add_special defaults to false, parse_special to true."""
+
+    def __init__(self, backend, body_limit):
+        self.backend, self.body_limit = backend, body_limit
+
+    def on_post(self, req, resp):
+        body = validate.fields(validate.read_json(req, self.body_limit), validate.TOKENIZE, ("content",))
+        served = resolve(self.backend, body.get("model"))
+        req.context.model = served.name
+        tok = served.tokenizer
+        ids = tok.encode(body["content"], add_special=body.get("add_special", False),
+                         parse_special=body.get("parse_special", True))
+        if body.get("with_pieces", False):
+            resp.media = {"tokens": [{"id": t, "piece": _piece(tok.token_bytes(t, special=True))} for t in ids]}
+        else:
+            resp.media = {"tokens": ids}
+
+
+def _piece(raw):
+    """The piece as text when it is whole UTF-8, else its byte values (as llama-server does)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(raw)
+
+
+class Detokenize:
+    """llama-server's /detokenize: control tokens are rendered as their text."""
+
+    def __init__(self, backend, body_limit):
+        self.backend, self.body_limit = backend, body_limit
+
+    def on_post(self, req, resp):
+        body = validate.fields(validate.read_json(req, self.body_limit), validate.DETOKENIZE, ("tokens",))
+        served = resolve(self.backend, body.get("model"))
+        req.context.model = served.name
+        n_vocab = served.tokenizer.n_vocab
+        bad = [t for t in body["tokens"] if not 0 <= t < n_vocab]
+        if bad:
+            raise RequestError(f"tokens: id {bad[0]} is outside the vocabulary of {n_vocab} tokens",
+                               param="tokens", code="invalid_value")
+        resp.media = {"content": served.tokenizer.decode(body["tokens"], special=True)}

@@ -1,0 +1,262 @@
+"""Request schema checks: every field known, typed and in range, or a 400 that names it."""
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pantheon.serve.http.errors import RequestError
+
+MAX_STOPS = 4
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "reasoning_content"}
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
+                   "presence_penalty", "frequency_penalty", "logit_bias", "seed")
+
+
+@dataclass
+class Parsed:
+    """A validated request; sampling holds SamplingParams keyword arguments the client set."""
+
+    model: Optional[str] = None
+    messages: Optional[list] = None
+    prompt: object = None  # str or list of token ids (completions)
+    max_tokens: Optional[int] = None
+    sampling: dict = field(default_factory=dict)
+    stop: tuple = ()
+    stream: bool = False
+    include_usage: bool = False
+    user: Optional[str] = None
+    tools: Optional[list] = None
+    tool_choice: str = "auto"
+
+
+def _bad(name, message, code="invalid_type"):
+    return RequestError(f"{name}: {message}", param=name, code=code)
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def number(name, v):
+    if not _is_number(v):
+        raise _bad(name, f"expected a number, got {json.dumps(v)}")
+    return float(v)
+
+
+def integer(name, v):
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad(name, f"expected an integer, got {json.dumps(v)}")
+    return v
+
+
+def positive(name, v):
+    v = integer(name, v)
+    if v < 1:
+        raise _bad(name, f"must be at least 1, got {v}", "invalid_value")
+    return v
+
+
+def boolean(name, v):
+    if not isinstance(v, bool):
+        raise _bad(name, f"expected true or false, got {json.dumps(v)}")
+    return v
+
+
+def string(name, v):
+    if not isinstance(v, str):
+        raise _bad(name, f"expected a string, got {json.dumps(v)}")
+    return v
+
+
+def seed(name, v):
+    """Any 64-bit integer, as OpenAI allows; negative seeds wrap to the sampler's unsigned range."""
+    return integer(name, v) % 2**64
+
+
+def logit_bias(name, v):
+    if not isinstance(v, dict):
+        raise _bad(name, "expected an object mapping token ids to numbers")
+    out = {}
+    for key, value in v.items():
+        if not (isinstance(key, str) and key.strip().isdigit()):
+            raise _bad(name, f"key {key!r} is not a token id", "invalid_value")
+        out[int(key)] = number(f"{name}[{key}]", value)
+    return out
+
+
+def stop(name, v):
+    stops = [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise _bad(name, "expected a string or a list of strings")
+    if len(stops) > MAX_STOPS:
+        raise _bad(name, f"at most {MAX_STOPS} stop strings, got {len(stops)}", "invalid_value")
+    if any(s == "" for s in stops):
+        raise _bad(name, "stop strings must not be empty", "invalid_value")
+    return tuple(stops)
+
+
+def n_choices(name, v):
+    if integer(name, v) != 1:
+        raise _bad(name, f"only n=1 is supported, got {v}", "unsupported_value")
+    return 1
+
+
+def false_only(name, v):
+    if v is not False and v != 0:
+        raise _bad(name, f"{name} is not supported (got {json.dumps(v)}); omit it or send false",
+                   "unsupported_value")
+    return v
+
+
+def null_only(name, v):
+    raise _bad(name, f"{name} is not supported (got {json.dumps(v)}); omit it", "unsupported_value")
+
+
+def response_format(name, v):
+    if v != {"type": "text"}:
+        raise _bad(name, f"only {{\"type\": \"text\"}} is supported, got {json.dumps(v)}", "unsupported_value")
+    return v
+
+
+def tool_choice(name, v):
+    if v not in ("auto", "none"):
+        raise _bad(name, f"only \"auto\" and \"none\" are supported, got {json.dumps(v)}", "unsupported_value")
+    return v
+
+
+def tools(name, v):
+    if not isinstance(v, list):
+        raise _bad(name, "expected a list of tools")
+    for i, tool in enumerate(v):
+        where = f"{name}[{i}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            raise _bad(where, "each tool must be an object with \"type\": \"function\"", "invalid_value")
+        fn = tool.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise _bad(f"{where}.function", "expected an object with a string \"name\"", "invalid_value")
+    return v
+
+
+def stream_options(name, v):
+    if not isinstance(v, dict):
+        raise _bad(name, "expected an object")
+    for key in v:
+        if key != "include_usage":
+            raise _bad(f"{name}.{key}", "unknown field", "unknown_field")
+    return {"include_usage": boolean(f"{name}.include_usage", v.get("include_usage", False))}
+
+
+def content(name, v, role):
+    if v is None and role in ("assistant", "tool"):
+        return v
+    if isinstance(v, str):
+        return v
+    if not isinstance(v, list):
+        raise _bad(name, "expected a string or a list of text parts")
+    for j, part in enumerate(v):
+        if not isinstance(part, dict) or part.get("type") != "text":
+            raise _bad(f"{name}[{j}].type", "only text parts are supported", "unsupported_value")
+        string(f"{name}[{j}].text", part.get("text"))
+    return v
+
+
+def messages(name, v):
+    if not isinstance(v, list) or not v:
+        raise _bad(name, "expected a non-empty list of messages")
+    return [_message(f"{name}[{i}]", m) for i, m in enumerate(v)]
+
+
+def _message(where, m):
+    if not isinstance(m, dict):
+        raise _bad(where, "expected an object")
+    for key in m:
+        if key not in MESSAGE_KEYS:
+            raise _bad(f"{where}.{key}", "unknown field", "unknown_field")
+    role = m.get("role")
+    if role not in ROLES:
+        raise _bad(f"{where}.role", f"expected one of {sorted(ROLES)}, got {json.dumps(role)}", "invalid_value")
+    out = dict(m, role=ROLES[role], content=content(f"{where}.content", m.get("content"), ROLES[role]))
+    for key in ("name", "tool_call_id"):
+        if out.get(key) is not None:
+            string(f"{where}.{key}", out[key])
+    return out
+
+
+def token_ids(name, v):
+    if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+        raise _bad(name, "expected a list of token ids")
+    return v
+
+
+def prompt(name, v):
+    """A string, a list of exactly one string, or a list of token ids (range checked per model)."""
+    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], str):
+        v = v[0]
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+        return v
+    raise _bad(name, "expected a string or a non-empty list of token ids (one prompt per request)")
+
+
+COMMON = {
+    "model": string, "max_tokens": positive, "temperature": number, "top_p": number, "top_k": integer,
+    "min_p": number, "repeat_penalty": number, "repeat_last_n": integer, "presence_penalty": number,
+    "frequency_penalty": number, "logit_bias": logit_bias, "seed": seed, "stop": stop, "n": n_choices,
+    "stream": boolean, "stream_options": stream_options, "user": string,
+}
+CHAT = dict(COMMON, messages=messages, max_completion_tokens=positive, tools=tools,
+            tool_choice=tool_choice, response_format=response_format, logprobs=false_only,
+            top_logprobs=null_only)
+COMPLETIONS = dict(COMMON, prompt=prompt, logprobs=false_only, echo=false_only, best_of=n_choices,
+                   suffix=null_only)
+TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
+            "with_pieces": boolean}
+DETOKENIZE = {"model": string, "tokens": token_ids}
+
+
+def check(body, schema, required):
+    """Parsed fields of a generation request body; RequestError naming the first bad or unknown field."""
+    return _parsed(fields(body, schema, required))
+
+
+def fields(body, schema, required=()):
+    """{name: checked value} of a decoded JSON body (nulls dropped); RequestError naming a bad field."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", code="invalid_json")
+    for name in body:
+        if name not in schema:
+            raise RequestError(f"{name}: unknown field", param=name, code="unknown_field")
+    for name in required:
+        if body.get(name) is None:
+            raise RequestError(f"{name}: required", param=name, code="missing_required_parameter")
+    return {k: schema[k](k, v) for k, v in body.items() if v is not None}
+
+
+def _parsed(values):
+    limit = values.get("max_completion_tokens", values.get("max_tokens"))
+    options = values.get("stream_options", {})
+    return Parsed(model=values.get("model"), messages=values.get("messages"), prompt=values.get("prompt"),
+                  max_tokens=limit, sampling={k: values[k] for k in SAMPLING_FIELDS if k in values},
+                  stop=values.get("stop", ()), stream=values.get("stream", False),
+                  include_usage=options.get("include_usage", False), user=values.get("user"),
+                  tools=values.get("tools"), tool_choice=values.get("tool_choice", "auto"))
+
+
+def read_json(req, limit):
+    """The decoded JSON body of `req`, at most `limit` bytes; 400 or 413 naming what is wrong."""
+    length = req.content_length
+    if length is not None and length > limit:
+        raise RequestError(f"request body of {length} bytes exceeds the {limit}-byte limit",
+                           code="request_too_large", status=413)
+    raw = req.bounded_stream.read(limit + 1)
+    if len(raw) > limit:
+        raise RequestError(f"request body exceeds the {limit}-byte limit", code="request_too_large", status=413)
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}", code="invalid_json") from None

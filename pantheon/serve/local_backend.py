@@ -1,0 +1,286 @@
+"""An in-process Backend: one engine thread per model, a bounded wait queue, streams over queues."""
+
+import itertools
+import math
+import queue
+import threading
+import time
+from collections import deque
+
+from pantheon.engine.scheduler import DoneEvent, Engine, EngineConfig, Request
+from pantheon.errors import EngineError
+from pantheon.serve.http.backend import (ContextOverBudget, Finished, GenerationFailed, ModelInfo, Overloaded,
+                                   ServedModel, Tokens, UnknownModel, Unavailable)
+from pantheon.serve.metrics import Layout, Recorder
+from pantheon.text.prompting import PromptBuilder
+
+_SERVICE_SMOOTHING = 0.2  # weight of the newest service time in the running mean
+_DEFAULT_SERVICE_S = 1.0  # assumed before any generation has finished
+
+
+class LocalStream:
+    """Events of one generation, fed by its model's engine thread through a queue."""
+
+    def __init__(self, runner, engine_request):
+        self.runner, self.request = runner, engine_request
+        self.events = queue.Queue()
+        self.started = None  # monotonic time the engine admitted it
+        self._cancelled = False
+        self._done = False
+        self._backlog = deque()
+
+    def __iter__(self):
+        """Resumable: events taken off the queue wait in `_backlog`, so a consumer that stops after a
+        Tokens (a stop string matched) and iterates again still gets the Finished behind it."""
+        while not self._done:
+            if not self._backlog:
+                self._backlog.append(self.events.get())
+                while True:
+                    try:
+                        self._backlog.append(self.events.get_nowait())
+                    except queue.Empty:
+                        break
+            yield self._next_event()
+
+    def _next_event(self):
+        """Consecutive token events become one Tokens, so a slow reader catches up in one go."""
+        item = self._backlog.popleft()
+        if isinstance(item, Tokens):
+            ids = list(item.ids)
+            while self._backlog and isinstance(self._backlog[0], Tokens):
+                ids += self._backlog.popleft().ids
+            return Tokens(tuple(ids), item.seq)
+        self._done = True
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def cancel(self):
+        if not self._cancelled:
+            self._cancelled = True
+            self.runner.commands.put(("cancel", self))
+
+
+class _Runner:
+    """One model: its engine, the thread that alone touches it, admission and service-time stats."""
+
+    def __init__(self, name, model, config, max_concurrent, max_queue, recorder):
+        self.name, self.model, self.config = name, model, config
+        self.max_concurrent, self.max_queue, self.recorder = max_concurrent, max_queue, recorder
+        self.served = ServedModel(name, model.tokenizer, PromptBuilder(model.tokenizer, model.gguf.metadata),
+                                  config.n_ctx, _think_ids(model.tokenizer))
+        self.commands = queue.Queue()
+        self.state = "loaded"
+        self.stats = {"completed": 0, "aborted": 0, "failed": 0, "running": 0, "queued": 0}
+        self.mean_service_s = None
+        self._lock = threading.Lock()
+        self._load = 0  # accepted and not yet finished
+        self._thread = None
+        self._ids = itertools.count(1)
+
+    # ---- called from HTTP threads ---------------------------------------------------------------
+
+    def submit(self, req):
+        engine_req = Request(next(self._ids), tuple(req.prompt), req.max_tokens, req.sampling,
+                             frozenset(req.stop_ids), req.session)
+        stream = LocalStream(self, engine_req)
+        with self._lock:
+            if self.state != "loaded":
+                raise Unavailable(f"model {self.name} is {self.state}", retry_after=5.0)
+            if self._load >= self.max_concurrent + self.max_queue:
+                raise Overloaded(f"model {self.name} is at capacity: {self.max_concurrent} running, "
+                                 f"{self.max_queue} waiting", self.retry_after())
+            self._load += 1
+            self._start_thread()
+            self.commands.put(("submit", stream))
+        self.recorder.queue_depth(self.name, max(0, self._load - self.max_concurrent))
+        return stream
+
+    def retry_after(self):
+        """Seconds until a place is likely free: (waiting + 1) mean service times over the slots."""
+        waiting = max(0, self._load - self.max_concurrent)
+        mean = self.mean_service_s or _DEFAULT_SERVICE_S
+        return max(1, math.ceil((waiting + 1) * mean / self.max_concurrent))
+
+    def close(self):
+        with self._lock:
+            if self.state == "loaded":
+                self.state = "unloading"
+            thread = self._thread
+            self.commands.put(("stop", None))
+        if thread is not None:
+            thread.join()
+
+    def _start_thread(self):
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"engine-{self.name}", daemon=True)
+            self._thread.start()
+
+    # ---- the engine thread ----------------------------------------------------------------------
+
+    def _run(self):
+        engine, pending, active = Engine(self.model, self.config), deque(), {}
+        try:
+            while self._take_commands(engine, pending, active):
+                self._admit(engine, pending, active)
+                if engine.has_work:
+                    self._dispatch(engine.step(), active)
+            self._fail(pending, active, Unavailable(f"model {self.name} is shutting down"))
+        except Exception as exc:  # the engine broke: fail every request, report the model failed
+            with self._lock:
+                self.state = "failed"
+            self._fail(pending, active, GenerationFailed(f"engine of {self.name} failed: {exc}"))
+
+    def _take_commands(self, engine, pending, active):
+        """Apply queued commands; block only when there is nothing to step. False on stop."""
+        block = not engine.has_work and not (pending and len(active) < self.max_concurrent)
+        while True:
+            try:
+                kind, stream = self.commands.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if kind == "stop":
+                return False
+            if kind == "submit":
+                pending.append(stream)
+            elif stream in pending:
+                pending.remove(stream)
+                stream.events.put(Finished("abort", len(stream.request.prompt), 0, 0))
+                self._finished(None, "abort")
+            elif stream.request.id in active:
+                engine.abort(stream.request.id)
+
+    def _admit(self, engine, pending, active):
+        while pending and len(active) < self.max_concurrent:
+            stream = pending.popleft()
+            try:
+                engine.add(stream.request)
+            except EngineError as exc:
+                stream.events.put(GenerationFailed(f"the engine refused the request: {exc}"))
+                self._finished(None, "error")
+                continue
+            stream.started = time.monotonic()
+            active[stream.request.id] = stream
+        self._gauges(pending, active)
+
+    def _dispatch(self, events, active):
+        for ev in events:
+            stream = active.get(ev.id)
+            if stream is None:
+                continue
+            if not isinstance(ev, DoneEvent):
+                stream.events.put(Tokens((ev.token,), ev.index))
+                continue
+            del active[ev.id]
+            if ev.reason == "error":
+                stream.events.put(GenerationFailed(ev.message or "generation failed"))
+            else:
+                stream.events.put(Finished(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens))
+            self._finished(stream.started, ev.reason)
+        self.stats["running"] = len(active)
+        self.recorder.in_flight(self.name, len(active))
+
+    def _finished(self, started, reason):
+        with self._lock:
+            self._load -= 1
+            if started is not None and reason in ("stop", "length"):
+                took = time.monotonic() - started
+                mean = self.mean_service_s
+                self.mean_service_s = took if mean is None else mean + _SERVICE_SMOOTHING * (took - mean)
+        key = {"stop": "completed", "length": "completed", "abort": "aborted"}.get(reason, "failed")
+        self.stats[key] += 1
+        self.recorder.queue_depth(self.name, max(0, self._load - self.max_concurrent))
+
+    def _gauges(self, pending, active):
+        self.stats["running"], self.stats["queued"] = len(active), len(pending)
+        self.recorder.in_flight(self.name, len(active))
+
+    def _fail(self, pending, active, error):
+        with self._lock:
+            while True:
+                try:
+                    kind, stream = self.commands.get_nowait()
+                except queue.Empty:
+                    break
+                if kind == "submit":
+                    pending.append(stream)
+        for stream in list(pending) + list(active.values()):
+            stream.events.put(error)
+            self._finished(None, "error")
+        pending.clear()
+        active.clear()
+        self._gauges(pending, active)
+
+
+class LocalBackend:
+    """The Backend protocol over pantheon Models in this process (tests, single-process serving).
+
+    models: {served name: pantheon Model}; engine_config: pantheon.engine.scheduler.EngineConfig shared by every
+    model (its n_ctx is the served context); max_concurrent: generations running per model;
+    max_queue: requests allowed to wait per model beyond those; metrics: a pantheon.serve.metrics.Recorder
+    (default: a private one-row table). Engine threads start on the first request.
+    """
+
+    def __init__(self, models, engine_config=EngineConfig(), max_concurrent=4, max_queue=16, metrics=None):
+        if not models:
+            raise ValueError("LocalBackend needs at least one model")
+        if max_concurrent < 1 or max_queue < 0:
+            raise ValueError(f"max_concurrent must be >= 1 and max_queue >= 0, got {max_concurrent}, {max_queue}")
+        if metrics is None:
+            layout = Layout(models, dies=models)
+            metrics = Recorder(layout, layout.table(1))
+        self.recorder = metrics
+        self.created = int(time.time())
+        self._runners = {name: _Runner(name, model, engine_config, max_concurrent, max_queue, metrics)
+                         for name, model in models.items()}
+
+    def models(self):
+        return [ModelInfo(r.name, r.state, 1, r.served.n_ctx, self.created,
+                          {"max_concurrent": r.max_concurrent, "max_queue": r.max_queue})
+                for r in self._runners.values()]
+
+    def served(self, name):
+        return self._runner(name).served
+
+    def generate(self, request):
+        runner = self._runner(request.model)
+        n, n_ctx = len(request.prompt), runner.served.n_ctx
+        if n == 0 or request.max_tokens < 1:
+            raise EngineError(f"a generation needs a prompt token and max_tokens >= 1, "
+                              f"got {n} tokens and max_tokens={request.max_tokens}")
+        if n + 1 > n_ctx:
+            raise ContextOverBudget(f"prompt of {n} tokens leaves no room to generate in a context of {n_ctx}")
+        request.sampling.validate(runner.model.config.n_vocab)
+        return runner.submit(request)
+
+    def health(self):
+        body = {name: {"state": r.state, "replicas": 1, "n_ctx": r.served.n_ctx,
+                       "running": r.stats["running"], "queued": r.stats["queued"]}
+                for name, r in self._runners.items()}
+        return any(r.state == "loaded" for r in self._runners.values()), {"models": body}
+
+    def metrics(self):
+        return self.recorder.render()
+
+    def stats(self):
+        """Per model: state, running, queued, completed, aborted, failed counts and mean service time."""
+        return {name: dict(r.stats, state=r.state, mean_service_s=r.mean_service_s)
+                for name, r in self._runners.items()}
+
+    def close(self):
+        """Stop every engine thread; requests still in flight end with Unavailable."""
+        for runner in self._runners.values():
+            runner.close()
+
+    def _runner(self, name):
+        if len(self._runners) == 1:
+            return next(iter(self._runners.values()))
+        if name not in self._runners:
+            raise UnknownModel(f"model {name!r} is not served; available: {', '.join(self._runners)}")
+        return self._runners[name]
+
+
+def _think_ids(tokenizer):
+    ids = tuple(tokenizer.token_to_id.get(t) for t in ("<think>", "</think>"))
+    return ids if None not in ids else ()

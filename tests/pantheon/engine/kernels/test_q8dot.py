@@ -1,0 +1,93 @@
+"""VNNI int8-activation kernels against float64 products of gguf.quants.dequantize and the same int8 activations."""
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize
+
+from pantheon.engine.kernels import q8dot
+from pantheon.engine.kernels.matmul import matmul, qmatmul
+from pantheon.engine.weights import Weight
+
+pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="host has no AVX512-VNNI")
+
+# Byte offsets of the fp16 d/dmin fields inside one block of each type.
+FP16_FIELDS = {T.Q4_0: (0,), T.Q8_0: (0,), T.Q4_K: (0, 2), T.Q6_K: (208,)}
+TYPES = tuple(FP16_FIELDS)
+BATCHES = (1, 3, 4, 9, 21)
+
+
+def random_blocks(qtype, rows, cols, rng):
+    """uint8 [rows, row_bytes]: random bytes, every fp16 scale a finite value in 1e-4..0.2."""
+    block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
+    nb = cols // block_elems
+    raw = rng.integers(0, 256, (rows, nb, block_bytes), dtype=np.uint8)  # [rows, nb, block_bytes]
+    for o in FP16_FIELDS[qtype]:
+        scale = rng.uniform(0.5, 2.0, (rows, nb)) * 10.0 ** rng.uniform(-4, -1, (rows, nb))  # [rows, nb]
+        raw[:, :, o:o + 2] = scale.astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
+    return raw.reshape(rows, nb * block_bytes)  # [rows, row_bytes]
+
+
+def reference_quantize(x):
+    """Q8_0-style rounding of x [n, cols]: int8 q [n, cols] and float32 scale d [n, cols/32], x ~ q·d."""
+    blocks = x.reshape(len(x), -1, 32)  # [n, nb, 32]
+    d = (np.abs(blocks).max(-1) / np.float32(127.0)).astype(np.float32)  # [n, nb]
+    inv = np.where(d > 0, np.float32(1.0) / np.where(d > 0, d, 1), 0).astype(np.float32)  # [n, nb]
+    q = np.rint(blocks * inv[..., None]).astype(np.int8)  # [n, nb, 32]
+    return q.reshape(x.shape), d
+
+
+def test_activations_are_rounded_like_llama_cpp():
+    x = np.random.default_rng(0).standard_normal((5, 256)).astype(np.float32)  # [5, 256]
+    x[2, :32] = 0.0  # an all-zero block: scale 0, quants 0
+    acts = q8dot.Activations(x)
+    q, d = reference_quantize(x)
+    np.testing.assert_array_equal(acts.xq.view(np.int8), q)
+    np.testing.assert_array_equal(acts.xd, d)
+    sums16 = q.reshape(5, -1, 16).sum(-1) * np.repeat(d, 2, axis=1)  # [5, 16]
+    # Two float32 roundings per 32-sum: bounded by its scale, not its (possibly cancelled) value.
+    np.testing.assert_allclose(acts.xs16, sums16, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(acts.xs32, sums16.reshape(5, -1, 2).sum(-1), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("n", BATCHES)
+def test_product_matches_float64_on_the_same_int8_activations(qtype, n):
+    rng = np.random.default_rng(int(qtype) * 10 + n)
+    rows, cols = 37, 512
+    raw = random_blocks(qtype, rows, cols, rng)
+    x = rng.standard_normal((n, cols)).astype(np.float32)  # [n, cols]
+    q, d = reference_quantize(x)
+    xr = (q.reshape(n, -1, 32) * d[..., None].astype(np.float64)).reshape(n, cols)  # [n, cols] float64
+    w = dequantize(raw, qtype).astype(np.float64)  # [rows, cols]
+    out = np.full((n, rows), np.nan, np.float32)  # [n, rows]
+    q8dot.product(qtype, raw, q8dot.Activations(x), out)
+    bound = np.abs(xr) @ np.abs(w).T  # [n, rows]
+    err = np.abs(out - xr @ w.T)  # [n, rows]
+    assert np.all(err <= 2e-5 * bound), f"worst relative error {np.max(err / bound)}"
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_every_batch_size_gives_the_same_bits(qtype):
+    rng = np.random.default_rng(int(qtype))
+    raw = random_blocks(qtype, 21, 256, rng)
+    x = rng.standard_normal((15, 256)).astype(np.float32)  # [15, 256]
+    whole = np.empty((15, 21), np.float32)  # [15, 21]
+    q8dot.product(qtype, raw, q8dot.Activations(x), whole)  # 8-vector (not Q8_0), 4-vector, then 1-vector kernels
+    for i in range(15):
+        one = np.empty((1, 21), np.float32)  # [1, 21]
+        q8dot.product(qtype, raw, q8dot.Activations(x[i:i + 1]), one)
+        np.testing.assert_array_equal(one[0], whole[i])
+
+
+def test_qmatmul_serves_each_weight_and_falls_back_to_exact_floats():
+    rng = np.random.default_rng(3)
+    q4 = Weight("a", int(T.Q4_0), 16, 256, random_blocks(T.Q4_0, 16, 256, rng))
+    f32 = Weight("b", int(T.F32), 8, 256, rng.standard_normal((8, 256)).astype(np.float32).view(np.uint8))
+    x = rng.standard_normal((2, 256)).astype(np.float32)  # [2, 256]
+    a, b = qmatmul([q4, f32], x)
+    np.testing.assert_array_equal(b, matmul(f32, x))
+    want = x.astype(np.float64) @ dequantize(q4.raw, T.Q4_0).astype(np.float64).T  # [2, 16]
+    bound = np.abs(x) @ np.abs(dequantize(q4.raw, T.Q4_0)).T  # [2, 16]
+    assert np.all(np.abs(a - want) <= 2e-2 * bound)

@@ -1,0 +1,54 @@
+"""A real waitress server on port 0 in a background thread, for tests that speak HTTP."""
+
+import http.client
+import json
+import threading
+
+import waitress
+
+import pantheon
+from pantheon.engine.scheduler import EngineConfig
+from pantheon.serve.http.app import create_app
+from pantheon.serve.local_backend import LocalBackend
+from tests.conftest import shared_path
+
+GOLDEN = {"qwen2": "qwen2-q8_0.gguf", "llama": "llama-q8_0.gguf"}
+
+
+def open_models(names=("qwen2", "llama")):
+    """Fresh Model objects (each backend gets its own: engines never share one across threads)."""
+    return {name: pantheon.open_model(str(shared_path("golden", GOLDEN[name])), threads=1) for name in names}
+
+
+class Served:
+    """LocalBackend + create_app under waitress with channel_request_lookahead, as in production."""
+
+    def __init__(self, models, n_ctx=256, max_concurrent=4, max_queue=8, api_keys=(), **app_kwargs):
+        self.backend = LocalBackend(models, EngineConfig(n_ctx=n_ctx, max_batch=4, prefill_chunk=64),
+                                    max_concurrent=max_concurrent, max_queue=max_queue)
+        app = create_app(self.backend, api_keys=api_keys, metrics=self.backend.recorder, **app_kwargs)
+        self.server = waitress.create_server(app, host="127.0.0.1", port=0, threads=8,
+                                             channel_request_lookahead=5, clear_untrusted_proxy_headers=True)
+        self.port = self.server.effective_port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.run, name="waitress-test", daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.task_dispatcher.shutdown(timeout=5)
+        self.server.close()
+        self.backend.close()
+
+
+def call(port, method, path, body=None, headers=None, raw=None):
+    """(status, headers (case-insensitive), decoded JSON or text) of one request on a fresh connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        data = raw if raw is not None else (None if body is None else json.dumps(body))
+        conn.request(method, path, body=data, headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+        resp = conn.getresponse()
+        payload = resp.read().decode()
+        kind = resp.getheader("Content-Type") or ""
+        return resp.status, resp.headers, json.loads(payload) if "json" in kind else payload
+    finally:
+        conn.close()

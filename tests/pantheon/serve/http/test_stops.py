@@ -1,0 +1,64 @@
+"""StopMatcher: cut at the earliest stop string, hold back what could still become one, release the rest."""
+
+import random
+
+from pantheon.serve.http.stops import StopMatcher
+
+
+def feed(stops, pieces):
+    m = StopMatcher(stops)
+    out = [m.push(p) for p in pieces]
+    return out, m.flush(), m.matched
+
+
+def reference(stops, pieces):
+    """Generation stops once a piece completes any stop string; the text ends where the earliest
+    complete one begins (a longer stop that started earlier but is still unfinished does not count)."""
+    text = ""
+    for piece in pieces:
+        text += piece
+        hits = [text.find(s) for s in stops if s in text]
+        if hits:
+            return text[:min(hits)]
+    return text
+
+
+def test_stop_spanning_pieces_is_cut_and_never_emitted():
+    out, tail, matched = feed(["STOP"], ["He", "llo ST", "O", "P rest"])
+    assert out == ["He", "llo ", "", ""] and tail == "" and matched == "STOP"
+
+
+def test_earliest_of_several_stops_wins():
+    out, _, matched = feed(["world", "lo w"], ["Hello world"])
+    assert out == ["Hel"] and matched == "lo w"
+
+
+def test_overlapping_prefix_releases_only_what_cannot_match():
+    out, _, matched = feed(["aab"], ["a", "a", "a", "b"])
+    assert out == ["", "", "a", ""] and matched == "aab"
+
+
+def test_unfinished_prefix_is_released_at_the_end():
+    out, tail, matched = feed(["aab"], ["abc", "aa"])
+    assert out == ["abc", ""] and tail == "aa" and matched is None
+
+
+def test_nothing_after_a_match():
+    m = StopMatcher(["x"])
+    assert m.push("axb") == "a" and m.push("more") == "" and m.flush() == ""
+
+
+def test_random_texts_match_the_reference_and_never_leak():
+    rng = random.Random(5)
+    for _ in range(400):
+        text = "".join(rng.choice("abc ") for _ in range(rng.randint(0, 30)))
+        stops = ["".join(rng.choice("abc ") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 4))]
+        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 8))))
+        pieces = [text[i:j] for i, j in zip([0] + cuts, cuts + [len(text)])]
+        want = reference(stops, pieces)
+        out, tail, _ = feed(stops, pieces)
+        sent = ""
+        for part in out:
+            sent += part
+            assert want.startswith(sent), (text, stops, pieces)
+        assert sent + tail == want, (text, stops, pieces)
