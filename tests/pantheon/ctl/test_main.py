@@ -16,7 +16,7 @@ from tests.pantheon.ctl.stub import DIES, HEALTH, MODELS, StubServer, error
 from tests.pantheon.ctl.test_fit import availabilities, demo
 from tests.pantheon.ctl.test_client import closed_port_url
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def parse(*argv, env=None):

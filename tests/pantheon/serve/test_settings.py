@@ -8,7 +8,7 @@ from pantheon.serve import settings
 from pantheon.errors import PantheonError, UsageError
 from pantheon.serve.settings import HelpRequested, ModelSpec, ServeConfig, parse_serve_args, usage_text
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def parse(*argv, env=None):
