@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.conftest import ROOT
+
 from pantheon.serve import dies as dies_mod
 from pantheon.serve.dies import Die, DieMemory, die_memory, discover_dies, resolve_placement, split_cores, visible_uuids
 from pantheon.errors import UsageError
@@ -173,7 +175,7 @@ def test_import_does_not_touch_nvml_or_cuda():
     code = ("import sys, pantheon.serve.dies, pantheon.serve.settings; "
             "bad = [m for m in ('pynvml', 'cupy', 'numba') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                         cwd=ROOT)
     assert out.stdout.strip() == "[]"
 
 

@@ -18,7 +18,7 @@ from pantheon.gguf.file import open_gguf
 from pantheon.engine.kvcache import KVCache
 from pantheon.serve.memory import MemInfo
 from pantheon.engine.model import open_model
-from tests.conftest import shared_path
+from tests.conftest import ROOT, shared_path
 from tests.ggufcraft import rewrite
 from tests.pantheon.gguf.craft import VT, gguf_bytes, gstr, kv, tinfo
 
@@ -290,5 +290,4 @@ def test_the_supervisor_can_import_it_without_numba():
     import subprocess
     import sys
     code = "import sys, pantheon.serve.fit, pantheon.serve.memory; sys.exit('numba' in sys.modules)"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
