@@ -22,7 +22,8 @@ def front_main(layout, f, sock, config):
     backend.start()
     recorder = Recorder(layout.metrics, layout.metrics_rows, row=f)
     app = create_app(backend, api_keys=config.api_keys, metrics=recorder, admin=RingAdmin(backend),
-                     admin_token=config.admin_token, admin_on=admin_enabled(config.host, config.admin_token))
+                     admin_token=config.admin_token, admin_on=admin_enabled(config.host, config.admin_token),
+                     cors_origins=config.cors_origins)
     # channel_request_lookahead > 0 makes waitress expose environ["waitress.client_disconnected"].
     server = create_server(app, sockets=[sock], threads=THREADS, channel_request_lookahead=5,
                            ident="pantheon", send_bytes=1, clear_untrusted_proxy_headers=True)

@@ -250,7 +250,8 @@ class LocalBackend:
             raise EngineError(f"a generation needs a prompt token and max_tokens >= 1, "
                               f"got {n} tokens and max_tokens={request.max_tokens}")
         if n + 1 > n_ctx:
-            raise ContextOverBudget(f"prompt of {n} tokens leaves no room to generate in a context of {n_ctx}")
+            raise ContextOverBudget(f"prompt of {n} tokens leaves no room to generate in a context of {n_ctx}",
+                                    n, n_ctx)
         request.sampling.validate(runner.model.config.n_vocab)
         return runner.submit(request)
 

@@ -31,6 +31,7 @@ BATCH_SLOTS_ENV = "QWEN35_BATCH_SLOTS"
 _DIGITS = re.compile(r"[0-9]{1,12}")
 _NEGATIVE = re.compile(r"-[0-9]+")
 _PRINTABLE = re.compile(r"[\x21-\x7e]{1,4096}")   # ids and secrets: printable ASCII, no spaces
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 _DIE = re.compile(r"(cpu|cuda)?(0|[1-9][0-9]{0,5})")
 
 
@@ -66,6 +67,7 @@ class ServeConfig:
     admin_token: Optional[str] = None
     models_dir: Optional[str] = None
     ops: "Operations" = None
+    cors_origins: tuple = ()
 
 
 # ---- value parsers: (flag, text) -> value, raising UsageError that names the flag and the text
@@ -123,6 +125,13 @@ def parse_secret(flag, text):
     if not _PRINTABLE.fullmatch(text):
         raise UsageError(f"{flag}: a key is 1-4096 printable ASCII characters without spaces (value not shown)")
     return text
+
+
+def parse_origin(flag, text):
+    """'*' or a browser origin: scheme://host[:port], nothing after it."""
+    if text == "*" or _ORIGIN.fullmatch(text):
+        return text
+    raise UsageError(f"{flag} {text!r}: expected * or an origin such as https://app.example:8443")
 
 
 def parse_dies(flag, text):
@@ -207,6 +216,8 @@ FLAGS = (
     Flag("--api-key", "global", "KEY", parse_secret, "none", "accepted bearer key; repeatable"),
     Flag("--api-key-file", "global", "PATH", read_key_file, "none", "file of keys, one a line, '#' comments"),
     Flag("--admin-token", "global", "TOKEN", parse_secret, "none", "bearer token for admin routes"),
+    Flag("--cors-origin", "global", "ORIGIN", parse_origin, "none",
+         "origin allowed cross-origin (scheme://host[:port], or * for any); repeatable"),
     Flag("--models-dir", "global", "DIR", parse_dir, "none", "directory of models that may be loaded"),
     Flag("--config", "global", "PATH", None, "unset", "safetensors config.json: not supported yet"),
     Flag("--vocab", "global", "PATH", None, "unset", "RWKV World vocabulary: not supported yet"),
@@ -224,6 +235,7 @@ class _Draft:
     models: list = field(default_factory=list)   # one dict per --model: flag name -> parsed value
     opts: dict = field(default_factory=dict)     # global flag name -> parsed value
     api_keys: list = field(default_factory=list)
+    cors_origins: list = field(default_factory=list)
 
 
 def parse_serve_args(argv, environ=os.environ):
@@ -304,6 +316,10 @@ def _add_key_file(draft, flag, value):
     draft.api_keys.extend(flag.parse(flag.name, value))
 
 
+def _add_origin(draft, flag, value):
+    draft.cors_origins.append(flag.parse(flag.name, value))
+
+
 def _refuse(draft, flag, value):
     raise UsageError(f"{flag.name}: not supported yet ({flag.help.split(':')[0]}); serve a GGUF model")
 
@@ -313,6 +329,7 @@ def _help(draft, flag, value):
 
 
 _SPECIAL = {"--model": _add_model, "--api-key": _add_key, "--api-key-file": _add_key_file,
+            "--cors-origin": _add_origin,
             "--config": _refuse, "--vocab": _refuse, "--help": _help}
 
 
@@ -330,7 +347,8 @@ def _finish(draft, environ):
         batch_slots=opts.get("--batch-slots") or batch_slots_from_env(environ),
         cpu_dies=opts.get("--cpu-dies", DEFAULT_CPU_DIES), quantize=opts.get("--quantize", False),
         api_keys=tuple(dict.fromkeys(draft.api_keys)), admin_token=opts.get("--admin-token"),
-        models_dir=opts.get("--models-dir"), ops=operations_from_env(environ))
+        models_dir=opts.get("--models-dir"), ops=operations_from_env(environ),
+        cors_origins=tuple(dict.fromkeys(draft.cors_origins)))
 
 
 def _demo_path():

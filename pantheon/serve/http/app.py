@@ -6,12 +6,14 @@ from pantheon.serve.http import errors
 from pantheon.serve.http.admin import AdminAuth, add_admin_routes
 from pantheon.serve.http.auth import BearerAuth
 from pantheon.serve.http.completions import ChatCompletions, Completions, Options
+from pantheon.serve.http.cors import Cors
 from pantheon.serve.http.disconnect import DisconnectWatch
 from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
 from pantheon.serve.metrics import OTHER
 
 ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions",
+             "/chat/completions": "chat_completions", "/completions": "completions",
              "/tokenize": "tokenize", "/detokenize": "detokenize"}
 
 
@@ -28,7 +30,7 @@ class _CountRequests:
 
 
 def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_limit=16 * 2**20,
-               fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True):
+               fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True, cors_origins=()):
     """A falcon.App (WSGI) serving the OpenAI API over `backend` (pantheon.serve.http.backend.Backend).
 
     api_keys: bearer keys; empty means no auth. metrics: this process's pantheon.serve.metrics.Recorder
@@ -36,16 +38,19 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     when a request sets none (None: until the context is full). body_limit: bytes per request body.
     admin: an object with admin_models/admin_dies/admin_load/admin_unload (None: no /admin routes),
     guarded by admin_token; admin_on=False answers 403 (a non-loopback bind without a token).
+    cors_origins: origins allowed cross-origin ("*": any). The OpenAI routes answer with and without
+    the /v1 prefix, as clients configured with a bare base URL call them.
     """
-    middleware = [AdminAuth(admin_token, admin_on), BearerAuth(api_keys)]
+    middleware = [Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys)]
     middleware += [_CountRequests(metrics)] if metrics is not None else []
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     errors.install(app)
     options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch())
-    app.add_route("/v1/models", Models(backend))
-    app.add_route("/v1/chat/completions", ChatCompletions(backend, options))
-    app.add_route("/v1/completions", Completions(backend, options))
+    for prefix in ("/v1", ""):
+        app.add_route(f"{prefix}/models", Models(backend))
+        app.add_route(f"{prefix}/chat/completions", ChatCompletions(backend, options))
+        app.add_route(f"{prefix}/completions", Completions(backend, options))
     app.add_route("/tokenize", Tokenize(backend, body_limit))
     app.add_route("/detokenize", Detokenize(backend, body_limit))
     app.add_route("/health", Health(backend))

@@ -1,4 +1,4 @@
-"""Bearer-token auth: every route but /health, /metrics and /admin/* (see admin.py) needs an API key."""
+"""Bearer-token auth: every route but /health, /metrics, /admin/* (admin.py) and CORS preflights needs a key."""
 
 import hmac
 
@@ -14,7 +14,7 @@ class BearerAuth:
         self.keys = tuple(k.encode() for k in api_keys)
 
     def process_request(self, req, resp):
-        if not self.keys or req.path in PUBLIC_PATHS or req.path.startswith("/admin"):
+        if not self.keys or req.method == "OPTIONS" or req.path in PUBLIC_PATHS or req.path.startswith("/admin"):
             return
         scheme, _, token = (req.get_header("Authorization") or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():

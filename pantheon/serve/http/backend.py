@@ -14,6 +14,7 @@ class BackendError(PantheonError):
     type = "server_error"
     code = "internal_error"
     retry_after: Optional[float] = None
+    extra: dict = {}  # more members of the error object (llama-server's n_prompt_tokens, n_ctx)
 
 
 class UnknownModel(BackendError):
@@ -21,7 +22,13 @@ class UnknownModel(BackendError):
 
 
 class ContextOverBudget(BackendError):
+    """The prompt leaves no room to generate; the body carries llama-server's n_prompt_tokens and n_ctx."""
+
     status, type, code = 400, "invalid_request_error", "context_over_budget"
+
+    def __init__(self, message, n_prompt_tokens=None, n_ctx=None):
+        super().__init__(message)
+        self.extra = {} if n_ctx is None else {"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx}
 
 
 class Overloaded(BackendError):

@@ -42,7 +42,7 @@ def generation_request(served, parsed, ids, session, default_max_tokens):
     n = len(ids)
     if n + 1 > served.n_ctx:
         raise ContextOverBudget(f"the prompt has {n} tokens; with at least one token to generate it does "
-                                f"not fit the context of {served.n_ctx} tokens of model {served.name}")
+                                f"not fit the context of {served.n_ctx} tokens of model {served.name}", n, served.n_ctx)
     room = served.n_ctx - n
     wanted = parsed.max_tokens or default_max_tokens or room
     sampling = SamplingParams(**parsed.sampling)

@@ -26,8 +26,8 @@ class RequestError(PantheonError):
         self.headers = headers or {}
 
 
-def error_body(message, type, code=None, param=None):
-    return {"error": {"message": message, "type": type, "code": code, "param": param}}
+def error_body(message, type, code=None, param=None, **extra):
+    return {"error": {"message": message, "type": type, "code": code, "param": param, **extra}}
 
 
 def retry_after_header(seconds):
@@ -57,7 +57,7 @@ def _request_error(req, resp, ex, params):
 
 def _backend_error(req, resp, ex, params):
     headers = {} if ex.retry_after is None else {"Retry-After": retry_after_header(ex.retry_after)}
-    _write(resp, ex.status, error_body(str(ex), ex.type, ex.code), headers)
+    _write(resp, ex.status, error_body(str(ex), ex.type, ex.code, **ex.extra), headers)
 
 
 def _pantheon_error(req, resp, ex, params):

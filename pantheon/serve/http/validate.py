@@ -28,7 +28,8 @@ class Parsed:
     include_usage: bool = False
     user: Optional[str] = None
     tools: Optional[list] = None
-    tool_choice: str = "auto"
+    tool_choice: object = "auto"  # "auto" | "none" | "required" | {"type": "function", "function": {"name"}}
+    parallel_tool_calls: bool = True
 
 
 def _bad(name, message, code="invalid_type"):
@@ -128,6 +129,56 @@ def tool_choice(name, v):
     return v
 
 
+def ignored(check):
+    """A field accepted for compatibility and then dropped: it does not change what is generated."""
+
+    def accept(name, v):
+        check(name, v)
+        return IGNORED
+
+    return accept
+
+
+def anything(name, v):
+    return v
+
+
+def string_map(name, v):
+    if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
+        raise _bad(name, "expected an object of string values")
+    return v
+
+
+def modalities(name, v):
+    if not isinstance(v, list) or not all(isinstance(m, str) for m in v):
+        raise _bad(name, "expected a list of strings")
+    if any(m != "text" for m in v):
+        raise _bad(name, f"only the \"text\" modality is supported, got {json.dumps(v)}", "unsupported_value")
+    return v
+
+
+def prediction(name, v):
+    """Predicted outputs only speed OpenAI up, never change the answer: checked, then ignored."""
+    if not isinstance(v, dict) or v.get("type") != "content":
+        raise _bad(name, "expected an object with \"type\": \"content\"", "invalid_value")
+    content(f"{name}.content", v.get("content"), "user")
+    return v
+
+
+def functions(name, v):
+    """The legacy `functions` list, as the `tools` it stands for."""
+    if not isinstance(v, list):
+        raise _bad(name, "expected a list of functions")
+    return tools(name, [{"type": "function", "function": f} for f in v])
+
+
+def function_call(name, v):
+    """The legacy `function_call` ("none", "auto" or {"name": ...}) as the `tool_choice` it stands for."""
+    if isinstance(v, dict) and set(v) == {"name"}:
+        v = {"type": "function", "function": v}
+    return tool_choice(name, v)
+
+
 def tools(name, v):
     if not isinstance(v, list):
         raise _bad(name, "expected a list of tools")
@@ -203,16 +254,24 @@ def prompt(name, v):
     raise _bad(name, "expected a string or a non-empty list of token ids (one prompt per request)")
 
 
+IGNORED = object()  # what an accepted-and-ignored field checks to; dropped from the values
+# OpenAI fields that change nothing we generate: accepted, shape-checked, ignored (docs/http-api.md).
+LENIENT = {"store": ignored(boolean), "metadata": ignored(string_map), "service_tier": ignored(string),
+           "prompt_cache_key": ignored(string), "safety_identifier": ignored(string)}
+CHAT_LENIENT = dict(LENIENT, reasoning_effort=ignored(string), verbosity=ignored(string),
+                    modalities=ignored(modalities), prediction=ignored(prediction),
+                    parallel_tool_calls=boolean, functions=functions, function_call=function_call)
+
 COMMON = {
     "model": string, "max_tokens": positive, "temperature": number, "top_p": number, "top_k": integer,
     "min_p": number, "repeat_penalty": number, "repeat_last_n": integer, "presence_penalty": number,
     "frequency_penalty": number, "logit_bias": logit_bias, "seed": seed, "stop": stop, "n": n_choices,
     "stream": boolean, "stream_options": stream_options, "user": string,
 }
-CHAT = dict(COMMON, messages=messages, max_completion_tokens=positive, tools=tools,
+CHAT = dict(COMMON, **CHAT_LENIENT, messages=messages, max_completion_tokens=positive, tools=tools,
             tool_choice=tool_choice, response_format=response_format, logprobs=false_only,
             top_logprobs=null_only)
-COMPLETIONS = dict(COMMON, prompt=prompt, logprobs=false_only, echo=false_only, best_of=n_choices,
+COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=false_only, echo=false_only, best_of=n_choices,
                    suffix=null_only)
 TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
             "with_pieces": boolean}
@@ -234,7 +293,8 @@ def fields(body, schema, required=()):
     for name in required:
         if body.get(name) is None:
             raise RequestError(f"{name}: required", param=name, code="missing_required_parameter")
-    return {k: schema[k](k, v) for k, v in body.items() if v is not None}
+    checked = {k: schema[k](k, v) for k, v in body.items() if v is not None}
+    return {k: v for k, v in checked.items() if v is not IGNORED}
 
 
 def _parsed(values):
@@ -244,7 +304,9 @@ def _parsed(values):
                   max_tokens=limit, sampling={k: values[k] for k in SAMPLING_FIELDS if k in values},
                   stop=values.get("stop", ()), stream=values.get("stream", False),
                   include_usage=options.get("include_usage", False), user=values.get("user"),
-                  tools=values.get("tools"), tool_choice=values.get("tool_choice", "auto"))
+                  tools=values.get("tools", values.get("functions")),
+                  tool_choice=values.get("tool_choice", values.get("function_call", "auto")),
+                  parallel_tool_calls=values.get("parallel_tool_calls", True))
 
 
 def read_json(req, limit):
