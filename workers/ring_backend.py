@@ -166,8 +166,9 @@ def _refusal(msg):
 class RingBackend:
     """One per front process; thread-safe for waitress's worker threads."""
 
-    def __init__(self, layout, front):
+    def __init__(self, layout, front, chat_templates=None):
         self.layout, self.front, self.tables = layout, front, layout.tables
+        self.chat_templates = chat_templates or {}  # served name -> --chat-template source
         self._out = layout.to_sup[front].sender()
         self._out_lock = threading.Lock()
         self._mux = Mux([layout.from_sup[front].receiver()]
@@ -238,7 +239,7 @@ class RingBackend:
             raise Unavailable(f"model {text(rec['name'])!r} is {SLOT_STATES[rec['state']]}", retry_after=5.0)
         key = (slot, int(rec["version"]))
         if key not in self._served:
-            self._served[key] = _open_served(rec)
+            self._served[key] = _open_served(rec, self.chat_templates.get(text(rec["name"])))
         return self._served[key]
 
     def generate(self, req):
@@ -285,8 +286,9 @@ class RingBackend:
         return self.layout.metrics.render(self.layout.metrics_rows)
 
 
-def _open_served(rec):
-    """Tokenizer, template and context of a slot, read from its GGUF metadata (no weights touched)."""
+def _open_served(rec, template=None):
+    """Tokenizer, template and context of a slot, read from its GGUF metadata (no weights touched);
+    `template` (--chat-template) overrides the GGUF's."""
     from pantheon.gguf.config import config_from_metadata
     from pantheon.gguf.file import open_gguf
     from pantheon.text.prompting import PromptBuilder
@@ -296,5 +298,5 @@ def _open_served(rec):
     tok = Tokenizer.from_metadata(meta)
     n_ctx = context_size(int(rec["ctx_cap"]), config_from_metadata(meta).n_ctx_train)
     think = tuple(tok.token_to_id.get(t) for t in ("<think>", "</think>"))
-    return ServedModel(text(rec["name"]), tok, PromptBuilder(tok, meta), n_ctx,
+    return ServedModel(text(rec["name"]), tok, PromptBuilder(tok, meta, template_source=template), n_ctx,
                        think if None not in think else ())

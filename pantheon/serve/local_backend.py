@@ -64,11 +64,11 @@ class LocalStream:
 class _Runner:
     """One model: its engine, the thread that alone touches it, admission and service-time stats."""
 
-    def __init__(self, name, model, config, max_concurrent, max_queue, recorder):
+    def __init__(self, name, model, config, max_concurrent, max_queue, recorder, template=None):
         self.name, self.model, self.config = name, model, config
         self.max_concurrent, self.max_queue, self.recorder = max_concurrent, max_queue, recorder
-        self.served = ServedModel(name, model.tokenizer, PromptBuilder(model.tokenizer, model.gguf.metadata),
-                                  config.n_ctx, _think_ids(model.tokenizer))
+        prompts = PromptBuilder(model.tokenizer, model.gguf.metadata, template_source=template)
+        self.served = ServedModel(name, model.tokenizer, prompts, config.n_ctx, _think_ids(model.tokenizer))
         self.commands = queue.Queue()
         self.state = "loaded"
         self.stats = {"completed": 0, "aborted": 0, "failed": 0, "running": 0, "queued": 0}
@@ -219,10 +219,12 @@ class LocalBackend:
     models: {served name: pantheon Model}; engine_config: pantheon.engine.scheduler.EngineConfig shared by every
     model (its n_ctx is the served context); max_concurrent: generations running per model;
     max_queue: requests allowed to wait per model beyond those; metrics: a pantheon.serve.metrics.Recorder
-    (default: a private one-row table). Engine threads start on the first request.
+    (default: a private one-row table); chat_templates: {served name: Jinja source} overriding a
+    model's own template. Engine threads start on the first request.
     """
 
-    def __init__(self, models, engine_config=EngineConfig(), max_concurrent=4, max_queue=16, metrics=None):
+    def __init__(self, models, engine_config=EngineConfig(), max_concurrent=4, max_queue=16, metrics=None,
+                 chat_templates=None):
         if not models:
             raise ValueError("LocalBackend needs at least one model")
         if max_concurrent < 1 or max_queue < 0:
@@ -232,8 +234,9 @@ class LocalBackend:
             metrics = Recorder(layout, layout.table(1))
         self.recorder = metrics
         self.created = int(time.time())
-        self._runners = {name: _Runner(name, model, engine_config, max_concurrent, max_queue, metrics)
-                         for name, model in models.items()}
+        templates = chat_templates or {}
+        self._runners = {name: _Runner(name, model, engine_config, max_concurrent, max_queue, metrics,
+                                       templates.get(name)) for name, model in models.items()}
 
     def models(self):
         return [ModelInfo(r.name, r.state, 1, r.served.n_ctx, self.created,

@@ -50,6 +50,7 @@ class ModelSpec:
     reasoning_budget: int  # 0: unbounded
     max_sessions: int
     max_concurrent: int
+    chat_template: Optional[str] = None  # Jinja source overriding the GGUF's (--chat-template[-file])
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ServeConfig:
     models_dir: Optional[str] = None
     ops: "Operations" = None
     cors_origins: tuple = ()
+    reasoning_format: str = "auto"
 
 
 # ---- value parsers: (flag, text) -> value, raising UsageError that names the flag and the text
@@ -132,6 +134,44 @@ def parse_origin(flag, text):
     if text == "*" or _ORIGIN.fullmatch(text):
         return text
     raise UsageError(f"{flag} {text!r}: expected * or an origin such as https://app.example:8443")
+
+
+def read_template_file(flag, path):
+    """The Jinja text of a chat template file, compiled once here so a broken one refuses to start."""
+    try:
+        with open(parse_path(flag, path), encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{flag} {path!r}: cannot read: {e}") from None
+    return _compiled(f"{flag} {path!r}", source)
+
+
+def _compiled(where, source):
+    from pantheon.errors import TemplateError
+    from pantheon.text.chat import ChatTemplate
+
+    try:
+        ChatTemplate(source)
+    except TemplateError as e:
+        raise UsageError(f"{where}: not a usable chat template: {e}") from None
+    return source
+
+
+def _named_template(value, jinja):
+    from pantheon.text.named_templates import NAMED
+
+    if value in NAMED:
+        return NAMED[value]
+    if jinja and ("{{" in value or "{%" in value):
+        return _compiled("--chat-template", value)
+    raise UsageError(f"--chat-template {value!r}: expected one of {', '.join(sorted(NAMED))}"
+                     " (or, with --jinja, a Jinja template)")
+
+
+def parse_reasoning_format(flag, text):
+    if text not in ("auto", "deepseek", "none"):
+        raise UsageError(f"{flag} {text!r}: expected auto, deepseek or none")
+    return text
 
 
 def parse_dies(flag, text):
@@ -199,10 +239,14 @@ FLAGS = (
          "per-session context cap in tokens; longer prompts are refused"),
     Flag("--reasoning-budget", "model", "N", int_in(0, MAX_CTX_CAP), "0 = unbounded",
          "force </think> after N thinking tokens"),
+    Flag("--chat-template", "model", "NAME", parse_path, "the GGUF's",
+         "chat template by name (chatml, llama3, llama2, mistral, gemma, phi3, zephyr); with --jinja any Jinja text"),
+    Flag("--chat-template-file", "model", "PATH", read_template_file, "unset", "chat template (Jinja) read from a file"),
     Flag("--max-sessions", "model", "N", int_in(0, MAX_SESSIONS_LIMIT), f"0 = {DEFAULT_MAX_SESSIONS}",
          "cap on live prefix-cache sessions"),
     Flag("--max-concurrent", "model", "N", int_in(0, MAX_SESSIONS_LIMIT), "0 = resolved --max-sessions",
          "cap on requests generating at once; the rest queue"),
+    Flag("--jinja", "global", None, None, "on", "templates are always Jinja; accepted for llama-server parity"),
     Flag("--host", "global", "ADDR", parse_host, DEFAULT_HOST, "bind address: IPv4/IPv6 literal or localhost"),
     Flag("--port", "global", "N", int_in(0, 65535), str(DEFAULT_PORT), "TCP port (0: a free port, logged)"),
     Flag("--served-name", "global", "ID", parse_id, "unset", "model 0's id when it has no --name"),
@@ -218,6 +262,8 @@ FLAGS = (
     Flag("--admin-token", "global", "TOKEN", parse_secret, "none", "bearer token for admin routes"),
     Flag("--cors-origin", "global", "ORIGIN", parse_origin, "none",
          "origin allowed cross-origin (scheme://host[:port], or * for any); repeatable"),
+    Flag("--reasoning-format", "global", "FMT", parse_reasoning_format, "auto",
+         "auto or deepseek: <think> text goes to reasoning_content; none: it stays in content"),
     Flag("--models-dir", "global", "DIR", parse_dir, "none", "directory of models that may be loaded"),
     Flag("--config", "global", "PATH", None, "unset", "safetensors config.json: not supported yet"),
     Flag("--vocab", "global", "PATH", None, "unset", "RWKV World vocabulary: not supported yet"),
@@ -340,7 +386,8 @@ def _finish(draft, environ):
     opts = draft.opts
     models = draft.models or [{"--model": _demo_path()}]
     served = opts.get("--served-name")
-    specs = tuple(_model_spec(m, served if i == 0 else None) for i, m in enumerate(models))
+    specs = tuple(_model_spec(m, served if i == 0 else None, opts.get("--jinja", False))
+                  for i, m in enumerate(models))
     return ServeConfig(
         models=specs, host=opts.get("--host", DEFAULT_HOST), port=opts.get("--port", DEFAULT_PORT),
         http_workers=opts.get("--http-workers", DEFAULT_HTTP_WORKERS),
@@ -348,7 +395,8 @@ def _finish(draft, environ):
         cpu_dies=opts.get("--cpu-dies", DEFAULT_CPU_DIES), quantize=opts.get("--quantize", False),
         api_keys=tuple(dict.fromkeys(draft.api_keys)), admin_token=opts.get("--admin-token"),
         models_dir=opts.get("--models-dir"), ops=operations_from_env(environ),
-        cors_origins=tuple(dict.fromkeys(draft.cors_origins)))
+        cors_origins=tuple(dict.fromkeys(draft.cors_origins)),
+        reasoning_format=opts.get("--reasoning-format", "auto"))
 
 
 def _demo_path():
@@ -357,13 +405,18 @@ def _demo_path():
     return str(demo_model_path())
 
 
-def _model_spec(m, served_name):
+def _model_spec(m, served_name, jinja=False):
     path = m["--model"]
+    if "--chat-template" in m and "--chat-template-file" in m:
+        raise UsageError(f"--model {path}: give --chat-template or --chat-template-file, not both")
+    template = m.get("--chat-template-file")
+    if "--chat-template" in m:
+        template = _named_template(m["--chat-template"], jinja)
     sessions = m.get("--max-sessions") or DEFAULT_MAX_SESSIONS
     return ModelSpec(path=path, name=m.get("--name") or served_name or _basename(path),
                      dies=m.get("--dies", DEFAULT_DIES), ctx_cap=m.get("--ctx-cap") or DEFAULT_CTX_CAP,
                      reasoning_budget=m.get("--reasoning-budget", 0), max_sessions=sessions,
-                     max_concurrent=m.get("--max-concurrent") or sessions)
+                     max_concurrent=m.get("--max-concurrent") or sessions, chat_template=template)
 
 
 def _basename(path):

@@ -30,7 +30,8 @@ class _CountRequests:
 
 
 def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_limit=16 * 2**20,
-               fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True, cors_origins=()):
+               fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True, cors_origins=(),
+               reasoning_format="auto"):
     """A falcon.App (WSGI) serving the OpenAI API over `backend` (pantheon.serve.http.backend.Backend).
 
     api_keys: bearer keys; empty means no auth. metrics: this process's pantheon.serve.metrics.Recorder
@@ -38,15 +39,16 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     when a request sets none (None: until the context is full). body_limit: bytes per request body.
     admin: an object with admin_models/admin_dies/admin_load/admin_unload (None: no /admin routes),
     guarded by admin_token; admin_on=False answers 403 (a non-loopback bind without a token).
-    cors_origins: origins allowed cross-origin ("*": any). The OpenAI routes answer with and without
-    the /v1 prefix, as clients configured with a bare base URL call them.
+    cors_origins: origins allowed cross-origin ("*": any). reasoning_format: "none" leaves <think> text
+    in content; "auto"/"deepseek" move it to reasoning_content (a request's reasoning_format wins).
+    The OpenAI routes answer with and without the /v1 prefix, as bare base URLs call them.
     """
     middleware = [Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys)]
     middleware += [_CountRequests(metrics)] if metrics is not None else []
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     errors.install(app)
-    options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch())
+    options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch(), reasoning_format)
     for prefix in ("/v1", ""):
         app.add_route(f"{prefix}/models", Models(backend))
         app.add_route(f"{prefix}/chat/completions", ChatCompletions(backend, options))

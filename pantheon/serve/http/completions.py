@@ -4,7 +4,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from pantheon.serve.http import sse, validate
+from pantheon.serve.http import chat_plan, sse, validate
 from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
@@ -24,6 +24,7 @@ class Options:
     fingerprint: str = FINGERPRINT
     recorder: object = None  # pantheon.serve.metrics.Recorder of this process, or None
     watch: DisconnectWatch = None
+    reasoning_format: str = "auto"  # --reasoning-format: "none" leaves <think> text in content
 
 
 def resolve(backend, name):
@@ -75,7 +76,7 @@ class _GenerateResource:
     def on_post(self, req, resp):
         started = time.perf_counter()
         parsed = validate.check(validate.read_json(req, self.options.body_limit), self.schema, self.required)
-        served, stream = self._start(req, parsed)
+        served, stream, output = self._start(req, parsed)
         replica = getattr(stream, "replica", None)
         if replica:
             resp.set_header("X-Pantheon-Replica", replica)  # which die runs it: for operators and tests
@@ -85,50 +86,70 @@ class _GenerateResource:
         if parsed.stream:
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)
-            resp.stream = SseBody(self._events(gen, env), gen)
+            resp.stream = SseBody(self._events(gen, env, output), gen)
         else:
             text = "".join(gen.pieces())
-            resp.media = env.body(text, gen.finish_reason, gen.usage)
+            if output is None:
+                resp.media = env.body(text, gen.finish_reason, gen.usage)
+            else:
+                output.push(text)
+                output.finish()
+                resp.media = env.body(text, _reason(gen, output), gen.usage, output.message())
 
     def _start(self, req, parsed):
         """Route, build the prompt, check the budget and start the generation (refusals raise here)."""
         served = resolve(self.backend, parsed.model)
         req.context.model = served.name
         session = req.get_header(SESSION_HEADER) or parsed.user
-        request = generation_request(served, parsed, self.prompt_ids(served, parsed), session,
-                                     self.options.default_max_tokens)
-        return served, self.backend.generate(request)
+        ids, output = self.prepare(served, parsed)
+        request = generation_request(served, parsed, ids, session, self.options.default_max_tokens)
+        return served, self.backend.generate(request), output
 
-    def _events(self, gen, env):
+    def _events(self, gen, env, output):
         try:
             if self.chat:
                 yield sse.event(env.chunk("", role="assistant"))
             for text in gen.pieces():
-                yield sse.event(env.chunk(text))
+                if output is None:
+                    yield sse.event(env.chunk(text))
+                else:
+                    yield from (sse.event(env.delta_chunk(d)) for d in output.push(text))
+            if output is not None:
+                yield from (sse.event(env.delta_chunk(d)) for d in output.finish())
         except BackendError as exc:  # headers are gone: report in-band, as OpenAI-style servers do
             yield sse.event(error_body(str(exc), exc.type, exc.code))
             yield sse.DONE
             return
         if gen.finish_reason == "abort":
             return
-        yield sse.event(env.chunk(None if self.chat else "", gen.finish_reason))
+        yield sse.event(env.chunk(None if self.chat else "", _reason(gen, output)))
         if env.include_usage:
             yield sse.event(env.usage_chunk(gen.usage))
         yield sse.DONE
+
+
+def _reason(gen, output):
+    """OpenAI says "tool_calls" when a reply that ended by itself called tools."""
+    if output is not None and output.has_calls and gen.finish_reason == "stop":
+        return "tool_calls"
+    return gen.finish_reason
 
 
 class ChatCompletions(_GenerateResource):
     chat = True
     schema, required = validate.CHAT, ("messages",)
 
-    def prompt_ids(self, served, parsed):
-        tools = parsed.tools if parsed.tool_choice != "none" else None
-        messages = [dict(m, content=_flat(m.get("content"))) for m in parsed.messages]
-        return served.prompts.chat(messages, tools=tools)
+    def prepare(self, served, parsed):
+        """Prompt ids and the parser that splits the reply into content, reasoning and tool calls."""
+        plan = chat_plan.plan(served, parsed, self.options.reasoning_format)
+        return plan.ids, plan.output
 
 
 class Completions(_GenerateResource):
     schema, required = validate.COMPLETIONS, ("prompt",)
+
+    def prepare(self, served, parsed):
+        return self.prompt_ids(served, parsed), None
 
     def prompt_ids(self, served, parsed):
         if isinstance(parsed.prompt, str):
@@ -143,9 +164,3 @@ class Completions(_GenerateResource):
             raise RequestError("prompt: tokenizes to no tokens at all", param="prompt", code="invalid_value")
         return ids
 
-
-def _flat(content):
-    """Text parts joined into one string, so templates that expect a string see one."""
-    if isinstance(content, list):
-        return "".join(part["text"] for part in content)
-    return content

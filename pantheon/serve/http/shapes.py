@@ -43,15 +43,23 @@ class Envelope:
             out["usage"] = None
         return out
 
+    def delta_chunk(self, delta, finish_reason=None):
+        """A chat stream chunk carrying one `delta` (content, reasoning_content or tool_calls)."""
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        out = dict(self._head("chat.completion.chunk"), choices=[choice])
+        if self.include_usage:
+            out["usage"] = None
+        return out
+
     def usage_chunk(self, counts):
         """The last chunk when stream_options.include_usage is set: no choices, only usage."""
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return dict(self._head(kind), choices=[], usage=counts)
 
-    def body(self, text, finish_reason, counts):
-        """The whole non-streaming response."""
+    def body(self, text, finish_reason, counts, message=None):
+        """The whole non-streaming response; chat takes the `message` (default: plain text content)."""
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+            choice = {"index": 0, "message": message or {"role": "assistant", "content": text},
                       "logprobs": None, "finish_reason": finish_reason}
             return dict(self._head("chat.completion"), choices=[choice], usage=counts)
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}

@@ -30,6 +30,8 @@ class Parsed:
     tools: Optional[list] = None
     tool_choice: object = "auto"  # "auto" | "none" | "required" | {"type": "function", "function": {"name"}}
     parallel_tool_calls: bool = True
+    reasoning_format: Optional[str] = None  # None: the server's --reasoning-format
+    template_kwargs: dict = field(default_factory=dict)
 
 
 def _bad(name, message, code="invalid_type"):
@@ -124,8 +126,25 @@ def response_format(name, v):
 
 
 def tool_choice(name, v):
-    if v not in ("auto", "none"):
-        raise _bad(name, f"only \"auto\" and \"none\" are supported, got {json.dumps(v)}", "unsupported_value")
+    """"auto", "none", "required", or {"type": "function", "function": {"name": ...}}."""
+    if v in ("auto", "none", "required"):
+        return v
+    fn = v.get("function") if isinstance(v, dict) and v.get("type") == "function" else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise _bad(name, "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                   f"\"function\": {{\"name\": ...}}}}, got {json.dumps(v)}", "invalid_value")
+    return {"type": "function", "function": {"name": fn["name"]}}
+
+
+def reasoning_format(name, v):
+    if v not in ("auto", "deepseek", "none"):
+        raise _bad(name, f"expected \"auto\", \"deepseek\" or \"none\", got {json.dumps(v)}", "invalid_value")
+    return v
+
+
+def template_kwargs(name, v):
+    if not isinstance(v, dict):
+        raise _bad(name, "expected an object of template variables")
     return v
 
 
@@ -269,7 +288,8 @@ COMMON = {
     "stream": boolean, "stream_options": stream_options, "user": string,
 }
 CHAT = dict(COMMON, **CHAT_LENIENT, messages=messages, max_completion_tokens=positive, tools=tools,
-            tool_choice=tool_choice, response_format=response_format, logprobs=false_only,
+            tool_choice=tool_choice, response_format=response_format, reasoning_format=reasoning_format,
+            chat_template_kwargs=template_kwargs, logprobs=false_only,
             top_logprobs=null_only)
 COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=false_only, echo=false_only, best_of=n_choices,
                    suffix=null_only)
@@ -306,7 +326,9 @@ def _parsed(values):
                   include_usage=options.get("include_usage", False), user=values.get("user"),
                   tools=values.get("tools", values.get("functions")),
                   tool_choice=values.get("tool_choice", values.get("function_call", "auto")),
-                  parallel_tool_calls=values.get("parallel_tool_calls", True))
+                  parallel_tool_calls=values.get("parallel_tool_calls", True),
+                  reasoning_format=values.get("reasoning_format"),
+                  template_kwargs=values.get("chat_template_kwargs", {}))
 
 
 def read_json(req, limit):

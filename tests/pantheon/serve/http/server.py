@@ -23,9 +23,10 @@ def open_models(names=("qwen2", "llama")):
 class Served:
     """LocalBackend + create_app under waitress with channel_request_lookahead, as in production."""
 
-    def __init__(self, models, n_ctx=256, max_concurrent=4, max_queue=8, api_keys=(), **app_kwargs):
+    def __init__(self, models, n_ctx=256, max_concurrent=4, max_queue=8, api_keys=(), chat_templates=None,
+                 **app_kwargs):
         self.backend = LocalBackend(models, EngineConfig(n_ctx=n_ctx, max_batch=4, prefill_chunk=64),
-                                    max_concurrent=max_concurrent, max_queue=max_queue)
+                                    max_concurrent=max_concurrent, max_queue=max_queue, chat_templates=chat_templates)
         app = create_app(self.backend, api_keys=api_keys, metrics=self.backend.recorder, **app_kwargs)
         self.server = waitress.create_server(app, host="127.0.0.1", port=0, threads=8,
                                              channel_request_lookahead=5, clear_untrusted_proxy_headers=True)

@@ -1,0 +1,60 @@
+"""A chat request's prompt and reply shape: tools in the template, forced calls, reasoning split."""
+
+from dataclasses import dataclass
+
+from pantheon.serve.http.errors import RequestError
+from pantheon.text import tool_formats
+from pantheon.text.chat_output import THINK_OPEN, ChatOutput
+
+REASONING_FORMATS = ("auto", "deepseek", "none")
+
+
+@dataclass
+class ChatPlan:
+    ids: list  # the prompt's token ids
+    output: ChatOutput  # turns the generated text into content, reasoning_content and tool_calls
+
+
+def plan(served, parsed, reasoning_format="auto"):
+    """Render the conversation for `served` and make the reply's parser (RequestError on a bad choice)."""
+    prompts = served.prompts
+    tools = parsed.tools if parsed.tools and parsed.tool_choice != "none" else None
+    fmt = prompts.tool_format if tools else None
+    messages = [dict(m, content=_flat(m.get("content"))) for m in parsed.messages]
+    if fmt == tool_formats.GENERIC:
+        messages = with_system(messages, tool_formats.generic_instruction(tools, parsed.parallel_tool_calls))
+    text = prompts.render(messages, tools, **parsed.template_kwargs)
+    prefix = _forced_opener(fmt, tools, parsed.tool_choice)
+    thinking = not prefix and text.rstrip().endswith(THINK_OPEN)
+    named = parsed.tool_choice["function"]["name"] if tools and isinstance(parsed.tool_choice, dict) else None
+    output = ChatOutput(fmt, (parsed.reasoning_format or reasoning_format) != "none", thinking,
+                        parsed.parallel_tool_calls, prefix, named)
+    return ChatPlan(prompts.encode_chat(text + prefix), output)
+
+
+def _forced_opener(fmt, tools, choice):
+    """The start of a call appended to the prompt when tool_choice is "required" or names a function."""
+    if tools is None or choice == "auto":
+        return ""
+    if choice == "required":
+        return tool_formats.opener(fmt)
+    name = choice["function"]["name"]
+    if name not in {t["function"]["name"] for t in tools}:
+        raise RequestError(f"tool_choice: function {name!r} is not among the tools", param="tool_choice",
+                           code="invalid_value")
+    return tool_formats.opener(fmt, name)
+
+
+def with_system(messages, text):
+    """The conversation with `text` added to its system message (one is put first if there is none)."""
+    if messages and messages[0]["role"] == "system":
+        first = messages[0].get("content") or ""
+        return [dict(messages[0], content=f"{first}\n\n{text}" if first else text)] + messages[1:]
+    return [{"role": "system", "content": text}] + messages
+
+
+def _flat(content):
+    """Text parts joined into one string, so templates that expect a string see one."""
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content)
+    return content
