@@ -1,8 +1,8 @@
-"""Byte-level BPE (`tokenizer.ggml.model == "gpt2"`): GPT-2 byte alphabet and rank-ordered merges."""
-
+"""BPE (`tokenizer.ggml.model` gpt2, gemma4, ...): rank-ordered merges on GPT-2 bytes or raw UTF-8."""
 
 from pantheon.text.merges import merge_symbols
 from pantheon.text.pretokenize import split_words
+from pantheon.text.spm import byte_token_text, escape_whitespace
 
 
 def _bytes_to_unicode():
@@ -59,15 +59,20 @@ class BpeEncoder:
         self.ranks = ranks
         self.pre = pre
         self._cache = {}
+        self._spell = byte_encode if pre.byte_encode else str
+        # Gemma 4 takes a run of newlines whole when the vocabulary has it (llama.cpp PR 21343).
+        self._whole_newlines = pre.family == "GEMMA4"
 
     def encode(self, text):
         """Token ids of one raw-text fragment (special tokens already split out)."""
+        if self.pre.escape_whitespaces:
+            text = escape_whitespace(text)
         out = []
         cache = self._cache
         for word in split_words(text, self.pre):
             ids = cache.get(word)
             if ids is None:
-                ids = self._encode_word(byte_encode(word))
+                ids = self._encode_word(self._spell(word))
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
                 cache[word] = ids
@@ -76,6 +81,8 @@ class BpeEncoder:
 
     def _encode_word(self, word):
         if self.pre.ignore_merges and word in self.token_to_id:
+            return (self.token_to_id[word],)
+        if self._whole_newlines and word in self.token_to_id and not word.strip("\n"):
             return (self.token_to_id[word],)
         ids = []
         for piece in self._merge(word):
@@ -87,9 +94,13 @@ class BpeEncoder:
         return tuple(ids)
 
     def _unmerged_bytes(self, piece):
-        """llama.cpp looks each UTF-8 byte up as a one-byte token; only ASCII ones can exist."""
+        """llama.cpp looks each UTF-8 byte up as a one-byte token (only ASCII ones can exist), or as
+        a <0xXX> token when the vocabulary is not byte-encoded."""
         raw = piece.encode("utf-8", "surrogatepass")
-        found = (self.token_to_id.get(chr(b)) for b in raw if b < 0x80)
+        if self.pre.byte_encode:
+            found = (self.token_to_id.get(chr(b)) for b in raw if b < 0x80)
+        else:
+            found = (self.token_to_id.get(byte_token_text(b)) for b in raw)
         return [tid for tid in found if tid is not None]
 
     def _merge(self, word):

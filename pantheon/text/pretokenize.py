@@ -1,35 +1,33 @@
-"""BPE pre-tokenizers chosen by `tokenizer.ggml.pre`, splitting text exactly as llama.cpp does."""
+"""Split text into BPE words with a chain of regexes, exactly as llama.cpp's unicode_regex_split does."""
 
 import re
-import unicodedata
-from dataclasses import dataclass
 
-from pantheon.errors import GGUFError
+from pantheon.text.codepoints import UNICODE_WHITESPACE as _UNICODE_WHITESPACE, category as _category
+from pantheon.text.kimi import kimi_k2_split
 
-# llama.cpp runs these regexes on a "collapsed" copy of the text in which every non-ASCII code point
-# is replaced by one stand-in per Unicode category (llama.cpp unicode.cpp, unicode_regex_split), and
-# `\s` is the C locale's isspace.  Doing the same here keeps category edge cases identical.
+# llama.cpp runs a regex that names `\p{..}` classes on a "collapsed" copy of the text in which every
+# non-ASCII code point is replaced by one stand-in per Unicode category (unicode.cpp,
+# unicode_regex_split), and `\s` is the C locale's isspace.  Doing the same keeps edge cases identical.
 _WHITESPACE_STANDIN = "\x0b"
 _STANDIN = {"N": "\ue0d1", "L": "\ue0d2", "P": "\ue0d3", "M": "\ue0d4", "S": "\ue0d5"}
 _OTHER_STANDIN = "\ue0d0"
 
-# What each `\p{..}` class means for ASCII in the collapsed regex (llama.cpp's k_ucat_map verbatim:
-# note '~' is in neither P nor S there).
+# What each `\p{..}` class means for ASCII in the collapsed regex (llama.cpp's k_ucat_map).
 _ASCII_CLASS = {
     "N": "0-9",
     "L": "A-Za-z",
     "P": r"!-#%-*,-/:-;?-@\[-\]_\{\}",
     "M": "",
-    "S": r"\$\+<->\^`\|",
+    "S": r"\$\+<->\^`\|~",
 }
 _CLASS_NAMES = {"N": "N", "L": "L", "P": "P", "M": "M", "S": "S",
                 "Lu": "L", "Ll": "L", "Lt": "L", "Lm": "L", "Lo": "L"}
+_CLASS_RE = re.compile(r"\\p\{(?:%s)\}" % "|".join(_CLASS_NAMES))
 
-# Unicode White_Space, the set llama.cpp's unicode-data marks as whitespace.
-_UNICODE_WHITESPACE = frozenset(
-    [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
-    + list(range(0x2000, 0x200B))
-)
+
+# Expressions llama.cpp never hands to a regex engine but to hand-written splitters.
+KIMI_K2 = r"\p{Han}+"
+DIGIT_GROUPS = (r"\p{AFMoE_digits}", r"\d{1,3}(?=(?:\d{3})*\b)")
 
 
 class _CollapseTable(dict):
@@ -39,12 +37,21 @@ class _CollapseTable(dict):
         if cpt in _UNICODE_WHITESPACE:
             standin = _WHITESPACE_STANDIN
         else:
-            standin = _STANDIN.get(unicodedata.category(chr(cpt))[0], _OTHER_STANDIN)
+            standin = _STANDIN.get(_category(chr(cpt)), _OTHER_STANDIN)
         self[cpt] = standin
         return standin
 
 
+class _WideTable(dict):
+    """str.translate table for regexes without `\\p{..}`: only non-ASCII whitespace becomes '\\v'."""
+
+    def __missing__(self, cpt):
+        self[cpt] = _WHITESPACE_STANDIN if cpt in _UNICODE_WHITESPACE and cpt > 0x7F else chr(cpt)
+        return self[cpt]
+
+
 _COLLAPSE = _CollapseTable({c: c for c in range(128)})
+_WIDE = _WideTable()
 
 
 def collapse(text):
@@ -52,105 +59,55 @@ def collapse(text):
     return text.translate(_COLLAPSE)
 
 
-def _collapse_pattern(expr):
-    """Rewrite `\\p{X}` classes to stand-in + ASCII ranges, as llama.cpp does for its std::regex."""
+def _ecmascript_to_python(expr, collapsed):
+    """Rewrite an ECMAScript regex for Python's re: `\\p{X}` to stand-in + ASCII ranges (collapsed
+    mode, as llama.cpp does for its std::regex) and `$` to `\\Z` (ECMAScript `$` is end of input)."""
     out, inside, i = [], False, 0
     while i < len(expr):
         ch = expr[i]
-        if ch == "[" and (i == 0 or expr[i - 1] != "\\"):
-            inside = True
-        elif ch == "]" and inside and expr[i - 1] != "\\":
-            inside = False
-        elif expr.startswith("\\p{", i):
-            close = expr.find("}", i + 3)
-            name = _CLASS_NAMES.get(expr[i + 3:close])
-            if name is not None:
-                body = _STANDIN[name] + _ASCII_CLASS[name]
-                out.append(body if inside else f"[{body}]")
-                i = close + 1
+        if ch == "\\":
+            m = _CLASS_RE.match(expr, i) if collapsed else None
+            if m is None:
+                out.append(expr[i:i + 2])
+                i += 2
                 continue
-        out.append(ch)
+            name = _CLASS_NAMES[m.group()[3:-1]]
+            body = _STANDIN[name] + _ASCII_CLASS[name]
+            out.append(body if inside else f"[{body}]")
+            i = m.end()
+            continue
+        if ch == "[" and not inside:
+            inside = True
+        elif ch == "]" and inside:
+            inside = False
+        out.append("\\Z" if ch == "$" and not inside else ch)
         i += 1
     return "".join(out)
 
 
-def _compile(expr):
-    return re.compile(_collapse_pattern(expr), re.ASCII)
+def uses_categories(expr):
+    """Whether llama.cpp runs `expr` on the collapsed text (it names a `\\p{..}` class)."""
+    return _CLASS_RE.search(expr) is not None
 
 
-# The regexes of llama.cpp's llm_tokenizer_bpe, by pre-tokenizer family.
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-_LLAMA3 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN35 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
-           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-_SEED_CODER = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+"
-               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-_DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]")
-_STARCODER = (r"\p{N}", _GPT2)
-_FALCON = (r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, "[0-9][0-9][0-9]")
-
-
-@dataclass(frozen=True)
-class PreTokenizer:
-    """One `tokenizer.ggml.pre` family: its regexes and the vocab flags llama.cpp ties to it."""
-
-    name: str
-    exprs: tuple
-    ignore_merges: bool = False
-    clean_spaces: bool = True
-    add_bos: bool = False
-
-
-def _family(exprs, names, **flags):
-    return {name: (tuple(exprs), flags) for name in names}
-
-
-_FAMILIES = {
-    **_family(_DEFAULT, ["default"]),
-    **_family([_LLAMA3], ["llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
-                          "midm-2.0", "lfm2"], ignore_merges=True, add_bos=True),
-    **_family([_LLAMA3], ["dbrx", "smaug-bpe"]),
-    **_family([_GPT2], ["gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es",
-                        "jina-v2-de", "a.x-4.0", "mellum", "mpt", "olmo", "jais", "exaone4"]),
-    **_family([_GPT2], ["trillion", "granite-docling"], clean_spaces=False),
-    **_family([_QWEN2], ["qwen2", "deepseek-r1-qwen", "kormo", "hunyuan", "solar-open"],
-              clean_spaces=False),
-    **_family([_QWEN2], ["stablelm2", "megrez"]),
-    **_family([_QWEN35], ["qwen35"], clean_spaces=False),
-    **_family(_STARCODER, ["starcoder", "refact", "codeshell", "exaone", "minerva-7b"]),
-    **_family(_STARCODER, ["command-r", "smollm"], clean_spaces=False),
-    **_family(_FALCON, ["falcon"]),
-    **_family([_SEED_CODER], ["seed-coder"], clean_spaces=False),
-}
 _COMPILED = {}
-
-
-def pre_tokenizer(name):
-    """The PreTokenizer for a `tokenizer.ggml.pre` value ('' or None means llama.cpp's 'default')."""
-    name = name or "default"
-    if name not in _FAMILIES:
-        raise GGUFError(f"tokenizer.ggml.pre = {name!r} is not a pre-tokenizer Pantheon knows")
-    exprs, flags = _FAMILIES[name]
-    return PreTokenizer(name, exprs, **flags)
 
 
 def _compiled(expr):
     pattern = _COMPILED.get(expr)
     if pattern is None:
-        pattern = _COMPILED[expr] = _compile(expr)
+        collapsed = uses_categories(expr)
+        pattern = re.compile(_ecmascript_to_python(expr, collapsed), re.ASCII)
+        pattern = _COMPILED[expr] = (pattern, collapsed)
     return pattern
 
 
-def _split_spans(collapsed, spans, pattern):
+def _regex_split(view, spans, pattern):
     """Split every (start, end) span by `pattern`; unmatched gaps stay pieces of their own."""
     out = []
     for start, end in spans:
         pos = start
-        for m in pattern.finditer(collapsed[start:end]):
+        for m in pattern.finditer(view[start:end]):
             a, b = m.start() + start, m.end() + start
             if a > pos:
                 out.append((pos, a))
@@ -161,12 +118,42 @@ def _split_spans(collapsed, spans, pattern):
     return out
 
 
+def _digit_groups(text, spans):
+    """llama.cpp's AFMoE digit splitter: each run of \\p{N} in groups of three from the right."""
+    out = []
+    for start, end in spans:
+        prev, pos = start, start
+        while pos < end:
+            if _category(text[pos]) != "N":
+                pos += 1
+                continue
+            run = pos
+            while pos < end and _category(text[pos]) == "N":
+                pos += 1
+            cut = run + (pos - run) % 3
+            for b in [cut] * (cut > run) + list(range(cut + 3, pos + 1, 3)):
+                if b > prev:
+                    out.append((prev, b))
+                prev = b
+        if prev < end:
+            out.append((prev, end))
+    return out
+
+
 def split_words(text, pre):
     """The words llama.cpp's unicode_regex_split makes of `text` for PreTokenizer `pre`."""
     if not text:
         return []
-    collapsed = collapse(text)
+    views = {}
     spans = [(0, len(text))]
     for expr in pre.exprs:
-        spans = _split_spans(collapsed, spans, _compiled(expr))
-    return [text[a:b] for a, b in spans]
+        if expr == KIMI_K2:
+            spans = kimi_k2_split(text, spans)
+        elif expr in DIGIT_GROUPS:
+            spans = _digit_groups(text, spans)
+        else:
+            pattern, collapsed = _compiled(expr)
+            if collapsed not in views:
+                views[collapsed] = text.translate(_COLLAPSE if collapsed else _WIDE)
+            spans = _regex_split(views[collapsed], spans, pattern)
+    return [text[a:b] for a, b in spans if b > a]

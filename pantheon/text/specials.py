@@ -35,7 +35,7 @@ _ID_KEYS = {"bos": "tokenizer.ggml.bos_token_id", "eos": "tokenizer.ggml.eos_tok
             "eot": "tokenizer.ggml.eot_token_id", "eom": "tokenizer.ggml.eom_token_id",
             "unk": "tokenizer.ggml.unknown_token_id", "pad": "tokenizer.ggml.padding_token_id",
             "fim_pad": "tokenizer.ggml.fim_pad_token_id", "fim_rep": "tokenizer.ggml.fim_rep_token_id",
-            "fim_sep": "tokenizer.ggml.fim_sep_token_id"}
+            "fim_sep": "tokenizer.ggml.fim_sep_token_id", "sep": "tokenizer.ggml.seperator_token_id"}
 
 
 def token_attrs(meta, n_vocab):
@@ -112,16 +112,29 @@ def special_cache(attrs, tokens):
 
 
 def apply_strip_rules(meta, attrs, cache, token_to_id):
-    """Per-model lstrip/rstrip llama.cpp sets by name (Phi-3 rstrips around its special tokens)."""
+    """Per-model lstrip/rstrip llama.cpp sets by name: Phi-3 rstrips around its special tokens,
+    Jina v2 / nomic-bert-moe / jina-bert-v3 / ModernBERT mask tokens eat the space before them."""
     name = str(meta.get("general.name", "")).lower()
-    if "phi-3" not in name and "phi3" not in name:
-        return
-    for tid in cache:
-        attrs[tid] |= RSTRIP
-    for text, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
-        tid = token_to_id.get(text)
-        if tid is not None:
-            attrs[tid] = attrs[tid] | RSTRIP if on else attrs[tid] & ~RSTRIP
+    pre = str(meta.get("tokenizer.ggml.pre", ""))
+    arch = str(meta.get("general.architecture", ""))
+    if any(p in pre for p in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+            a in arch for a in ("nomic-bert-moe", "jina-bert-v3")):
+        _lstrip(attrs, token_to_id, "<mask>")
+    elif "phi-3" in name or "phi3" in name:
+        for tid in cache:
+            attrs[tid] |= RSTRIP
+        for text, on in (("</s>", True), ("<unk>", False), ("<s>", False), ("<|endoftext|>", False)):
+            tid = token_to_id.get(text)
+            if tid is not None:
+                attrs[tid] = attrs[tid] | RSTRIP if on else attrs[tid] & ~RSTRIP
+    elif "modern-bert" in name:
+        _lstrip(attrs, token_to_id, "[MASK]")
+
+
+def _lstrip(attrs, token_to_id, text):
+    tid = token_to_id.get(text)
+    if tid is not None:
+        attrs[tid] |= LSTRIP
 
 
 @dataclass

@@ -1,20 +1,33 @@
-"""The tokenizer of a GGUF model (SPM or byte-level BPE), matching llama.cpp token for token."""
+"""The tokenizer of a GGUF model (SPM, BPE, WPM, RWKV ...), matching llama.cpp token for token."""
 
 import numpy as np
 
 from pantheon.errors import EngineError, GGUFError, MissingKey
 from pantheon.gguf.file import open_gguf
-from pantheon.text.pretokenize import pre_tokenizer
+from pantheon.text.pretokenizers import pre_tokenizer
 from pantheon.text.bpe import BpeEncoder, byte_decode, parse_merges
+from pantheon.text.rwkv import RwkvEncoder, unescape_token, world_vocab_metadata
 from pantheon.text.spm import SPACE_ESCAPE, SpmEncoder, escape_whitespace
+from pantheon.text.sessions import HybridDnaEncoder, WhitespaceEncoder, strip_kmer_markers
+from pantheon.text.wpm import WpmEncoder
 from pantheon.text import specials as sp
 
 KEY_MODEL = "tokenizer.ggml.model"
 KEY_TOKENS = "tokenizer.ggml.tokens"
 
-# llama.cpp's per-family defaults before metadata overrides them.
-_SPM_DEFAULTS = {"bos": 1, "eos": 2, "unk": 0}
-_BPE_DEFAULTS = {"bos": 11, "eos": 11}
+# `tokenizer.ggml.model` -> (llama.cpp's llama_vocab_type, its default special ids before metadata).
+VOCAB_TYPES = {
+    "llama": ("SPM", {"bos": 1, "eos": 2, "unk": 0}),
+    "gpt2": ("BPE", {"bos": 11, "eos": 11}),
+    "hybriddna": ("BPE", {"bos": 11, "eos": 11}),
+    "whitespace": ("BPE", {"bos": 11, "eos": 11}),
+    "gemma4": ("BPE", {}),
+    "bert": ("WPM", {"bos": 101, "unk": 100, "sep": 102, "pad": 0}),
+    "rwkv": ("RWKV", {}),
+}
+# llama.cpp types Pantheon does not implement, named so the refusal says what the file is.
+_NOT_IMPLEMENTED = {"t5": "UGM (T5 Unigram)", "plamo2": "PLaMo-2", "test": "llama.cpp's test dummy",
+                    "no_vocab": "no vocabulary", "none": "no vocabulary"}
 
 
 def _tokens(meta):
@@ -51,17 +64,24 @@ class Tokenizer:
 
     def __init__(self, meta):
         model = meta.get(KEY_MODEL)
-        if model not in ("llama", "gpt2"):
-            raise GGUFError(f"{KEY_MODEL} = {model!r} is not a tokenizer Pantheon supports (llama, gpt2)")
+        if model not in VOCAB_TYPES:
+            what = _NOT_IMPLEMENTED.get(model, "not a tokenizer llama.cpp knows")
+            raise GGUFError(f"{KEY_MODEL} = {model!r} is not a tokenizer Pantheon supports ({what})")
         self.model = model
+        self.vocab_type, defaults = VOCAB_TYPES[model]
         self.tokens = _tokens(meta)
         self.n_vocab = len(self.tokens)
         self.token_to_id = _token_to_id(self.tokens)
+        if model == "hybriddna":
+            self.tokens = strip_kmer_markers(self.tokens, self.token_to_id)
         self.attrs = sp.token_attrs(meta, self.n_vocab)  # [n_vocab]
-        self._init_encoder(meta)
-        self._init_specials(meta)
-        if model == "llama":
-            self._spm = SpmEncoder(self.token_to_id, _scores(meta, self.n_vocab), self.unk_id)
+        self.pre = None
+        self.escape_whitespaces = False
+        add_bos, add_eos = getattr(self, f"_init_{self.vocab_type.lower()}")(meta)
+        if self.pre is not None and self.pre.no_bos:
+            defaults = {**defaults, "bos": None}
+        self._init_specials(meta, defaults, add_bos, add_eos)
+        self._encoder = self._make_encoder(meta)
         self._pieces = [None] * self.n_vocab
 
     @classmethod
@@ -69,25 +89,54 @@ class Tokenizer:
         """Build from a {GGUF key: value} mapping (string arrays as list[str], numbers as numpy)."""
         return cls(meta)
 
-    def _init_encoder(self, meta):
-        if self.model == "llama":
-            self.pre = None
-            self.add_space_prefix = _flag(meta, "tokenizer.ggml.add_space_prefix", True)
-            add_bos, defaults = True, _SPM_DEFAULTS
-        else:
-            self.pre = pre_tokenizer(meta.get("tokenizer.ggml.pre"))
-            merges = meta.get("tokenizer.ggml.merges")
-            if merges is None:
-                raise MissingKey("tokenizer.ggml.merges is absent from a gpt2 (BPE) vocabulary")
-            self._bpe = BpeEncoder(self.token_to_id, parse_merges(merges), self.pre)
-            self.add_space_prefix = _flag(meta, "tokenizer.ggml.add_space_prefix", False)
-            add_bos, defaults = self.pre.add_bos, _BPE_DEFAULTS
-        self.add_bos = _flag(meta, "tokenizer.ggml.add_bos_token", add_bos)
-        self.add_eos = _flag(meta, "tokenizer.ggml.add_eos_token", False)
-        self._defaults = defaults
+    # ---- per vocab type: flags (returns the default add_bos, add_eos), then the encoder ----------
 
-    def _init_specials(self, meta):
-        ids = sp.special_ids(meta, self._defaults, self.n_vocab)
+    def _init_spm(self, meta):
+        self.add_space_prefix = _flag(meta, "tokenizer.ggml.add_space_prefix", True)
+        return True, False
+
+    def _init_bpe(self, meta):
+        # Gemma 4 vocabularies are BPE with the gemma4 pre-tokenizer, whatever tokenizer.ggml.pre says.
+        self.pre = pre_tokenizer("gemma4" if self.model == "gemma4" else meta.get("tokenizer.ggml.pre"))
+        self.escape_whitespaces = self.pre.escape_whitespaces
+        self.add_space_prefix = _flag(meta, "tokenizer.ggml.add_space_prefix", False)
+        return self.pre.add_bos, False
+
+    def _init_wpm(self, meta):
+        self.add_space_prefix = False
+        return True, False
+
+    def _init_rwkv(self, meta):
+        self.add_space_prefix = False
+        return False, False
+
+    def _make_encoder(self, meta):
+        kind = self.vocab_type
+        if kind == "SPM":
+            return SpmEncoder(self.token_to_id, _scores(meta, self.n_vocab), self.unk_id)
+        if kind == "WPM":
+            lower = _flag(meta, "tokenizer.ggml.normalizer.lowercase", True)
+            strip = _flag(meta, "tokenizer.ggml.normalizer.strip_accents", lower)
+            return WpmEncoder(self.token_to_id, self.unk_id, lower, strip)
+        if kind == "RWKV":
+            return RwkvEncoder([unescape_token(t) for t in self.tokens], self.unk_id)
+        merges = meta.get("tokenizer.ggml.merges")
+        if merges is None and self.pre.name != "kimi-k2":  # Kimi-K2 vocabularies carry no merges
+            raise MissingKey(f"tokenizer.ggml.merges is absent from a {self.model} (BPE) vocabulary")
+        bpe = BpeEncoder(self.token_to_id, parse_merges(merges or []), self.pre)
+        if self.model == "whitespace":
+            lower = _flag(meta, "tokenizer.ggml.normalizer.lowercase", self.pre.lowercase)
+            return WhitespaceEncoder(bpe, lower)
+        if self.model == "hybriddna":
+            return HybridDnaEncoder(bpe, self.token_to_id)
+        return bpe
+
+    def _init_specials(self, meta, defaults, add_bos, add_eos):
+        ids = sp.special_ids(meta, defaults, self.n_vocab)
+        self.add_bos = _flag(meta, "tokenizer.ggml.add_bos_token", add_bos)
+        self.add_eos = _flag(meta, "tokenizer.ggml.add_eos_token", add_eos)
+        if self.pre is not None and self.pre.family == "GEMMA4":
+            self.add_bos = True  # llama.cpp overrides Gemma 4's metadata here (its PR 21500)
         sp.detect_by_text(ids, self.token_to_id, self.attrs)
         self.stop_ids = sp.end_of_generation_ids(ids, self.token_to_id, self.attrs)
         cache = sp.special_cache(self.attrs, self.tokens)
@@ -95,27 +144,36 @@ class Tokenizer:
         self._partitioner = sp.SpecialPartitioner(cache, self.tokens, self.attrs)
         self.bos_id, self.eos_id, self.eot_id = ids["bos"], ids["eos"], ids["eot"]
         self.eom_id, self.unk_id, self.pad_id = ids["eom"], ids["unk"], ids["pad"]
-        for tid, name in ((self.bos_id, "bos"), (self.eos_id, "eos")):
-            if tid is None and getattr(self, f"add_{name}"):
-                raise GGUFError(f"tokenizer.ggml.add_{name}_token is true but no {name} id is in range")
+        self.sep_id = ids["sep"]
+        if self.vocab_type == "WPM":
+            self.add_bos = self.add_eos = False  # WPM frames with BOS ... SEP instead (see encode)
+            needed = (("bos", self.bos_id), ("sep", self.sep_id))
+        else:
+            needed = ((n, ids[n]) for n in ("bos", "eos") if getattr(self, f"add_{n}"))
+        for name, tid in needed:
+            if tid is None:
+                raise GGUFError(f"{self.model} vocabulary adds a {name} token but no {name} id is in range")
 
     # ---- encoding -------------------------------------------------------------------------------
 
     def encode(self, text, add_special=True, parse_special=False):
-        """Token ids of `text`; add_special adds BOS/EOS per the metadata, parse_special
-        turns control-token text such as '<|im_start|>' into that token."""
+        """Token ids of `text`; add_special adds BOS/EOS (BERT: CLS/SEP) per the metadata,
+        parse_special turns control-token text such as '<|im_start|>' into that token."""
         fragments = self._partitioner.partition(text, parse_special) if text else []
-        out = [self.bos_id] if add_special and self.add_bos else []
-        if self.model == "llama":
+        wpm = add_special and self.vocab_type == "WPM"
+        out = [self.bos_id] if add_special and self.add_bos or wpm else []
+        if self.vocab_type == "SPM":
             self._encode_spm(fragments, out)
         else:
             for frag in fragments:
                 if isinstance(frag, int):
                     out.append(frag)
                 else:
-                    out.extend(self._bpe.encode(frag))
+                    out.extend(self._encoder.encode(frag))
         if add_special and self.add_eos:
             out.append(self.eos_id)
+        if wpm:
+            out.append(self.sep_id)
         return out
 
     def _encode_spm(self, fragments, out):
@@ -127,7 +185,7 @@ class Tokenizer:
                 continue
             if self.add_space_prefix and prev_special:
                 frag = " " + frag
-            out.extend(self._spm.encode(escape_whitespace(frag)))
+            out.extend(self._encoder.encode(escape_whitespace(frag)))
             prev_special = False
 
     # ---- decoding -------------------------------------------------------------------------------
@@ -151,10 +209,12 @@ class Tokenizer:
 
     def _piece(self, tid):
         attr, text = int(self.attrs[tid]), self.tokens[tid]
+        if self.vocab_type == "RWKV":
+            return unescape_token(text)
         if attr & (sp.CONTROL | sp.UNKNOWN | sp.USER_DEFINED):
             return text.encode("utf-8", "surrogatepass")
         if attr & sp.NORMAL:
-            if self.model == "llama":
+            if self.vocab_type != "BPE" or self.escape_whitespaces:
                 return text.replace(SPACE_ESCAPE, " ").encode("utf-8", "surrogatepass")
             raw = byte_decode(text)
             return raw if raw is not None else text.encode("utf-8", "surrogatepass")
@@ -176,3 +236,9 @@ class Tokenizer:
 def open_tokenizer(path):
     """The tokenizer of the GGUF at `path`; reads only metadata, so vocabulary-only files open."""
     return Tokenizer.from_metadata(open_gguf(path).metadata)
+
+
+def open_rwkv_world_vocab(path):
+    """The tokenizer of an RWKV World vocabulary file (rwkv_vocab_v20230424.txt), with the ids
+    llama.cpp gives the GGUF its converter makes of it."""
+    return Tokenizer.from_metadata(world_vocab_metadata(path))

@@ -3,7 +3,8 @@
 import pytest
 
 from pantheon.errors import GGUFError
-from pantheon.text.pretokenize import pre_tokenizer, split_words
+from pantheon.text.pretokenize import split_words
+from pantheon.text.pretokenizers import pre_tokenizer
 from pantheon.text.bpe import BpeEncoder, byte_decode, byte_encode, parse_merges
 from tests.pantheon.text.vocab_cases import vocab
 
