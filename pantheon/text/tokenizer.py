@@ -9,6 +9,7 @@ from pantheon.text.bpe import BpeEncoder, byte_decode, parse_merges
 from pantheon.text.rwkv import RwkvEncoder, unescape_token, world_vocab_metadata
 from pantheon.text.spm import SPACE_ESCAPE, SpmEncoder, escape_whitespace
 from pantheon.text.sessions import HybridDnaEncoder, WhitespaceEncoder, strip_kmer_markers
+from pantheon.text.ugm import CharsMap, UgmEncoder
 from pantheon.text.wpm import WpmEncoder
 from pantheon.text import specials as sp
 
@@ -23,10 +24,11 @@ VOCAB_TYPES = {
     "whitespace": ("BPE", {"bos": 11, "eos": 11}),
     "gemma4": ("BPE", {}),
     "bert": ("WPM", {"bos": 101, "unk": 100, "sep": 102, "pad": 0}),
+    "t5": ("UGM", {"eos": 1, "unk": 2, "pad": 0}),
     "rwkv": ("RWKV", {}),
 }
 # llama.cpp types Pantheon does not implement, named so the refusal says what the file is.
-_NOT_IMPLEMENTED = {"t5": "UGM (T5 Unigram)", "plamo2": "PLaMo-2", "test": "llama.cpp's test dummy",
+_NOT_IMPLEMENTED = {"plamo2": "PLaMo-2", "test": "llama.cpp's test dummy",
                     "no_vocab": "no vocabulary", "none": "no vocabulary"}
 
 
@@ -106,6 +108,10 @@ class Tokenizer:
         self.add_space_prefix = False
         return True, False
 
+    def _init_ugm(self, meta):
+        self.add_space_prefix = _flag(meta, "tokenizer.ggml.add_space_prefix", False)
+        return False, True
+
     def _init_rwkv(self, meta):
         self.add_space_prefix = False
         return False, False
@@ -118,6 +124,12 @@ class Tokenizer:
             lower = _flag(meta, "tokenizer.ggml.normalizer.lowercase", True)
             strip = _flag(meta, "tokenizer.ggml.normalizer.strip_accents", lower)
             return WpmEncoder(self.token_to_id, self.unk_id, lower, strip)
+        if kind == "UGM":
+            charsmap = meta.get("tokenizer.ggml.precompiled_charsmap")
+            charsmap = CharsMap(np.asarray(charsmap).astype(np.uint8).tobytes()) if charsmap is not None else None
+            flags = {"add_space_prefix": self.add_space_prefix,
+                     "remove_extra_whitespaces": _flag(meta, "tokenizer.ggml.remove_extra_whitespaces", False)}
+            return UgmEncoder(self.tokens, self.attrs, _scores(meta, self.n_vocab), self.unk_id, charsmap, flags)
         if kind == "RWKV":
             return RwkvEncoder([unescape_token(t) for t in self.tokens], self.unk_id)
         merges = meta.get("tokenizer.ggml.merges")
