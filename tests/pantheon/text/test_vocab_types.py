@@ -113,8 +113,29 @@ def test_rwkv_world_file_errors_are_typed(tmp_path):
         world_vocab_metadata(str(path))
 
 
-@pytest.mark.parametrize("model, what", [("plamo2", "PLaMo-2"), ("test", "test dummy"),
+@pytest.mark.parametrize("model, what", [("test", "test dummy"), ("none", "no vocabulary"),
                                          ("no-such", "not a tokenizer llama.cpp knows")])
 def test_unimplemented_vocab_types_are_refused_by_name(model, what):
     with pytest.raises(GGUFError, match=what):
         Tokenizer({"tokenizer.ggml.model": model, "tokenizer.ggml.tokens": ["a"]})
+
+
+def _plamo2(pieces):
+    """A PLaMo-2 vocabulary: <unk> <s> </s> <pad>, the 256 byte tokens, then `pieces` (text, score)."""
+    tokens = ["<|plamo:unk|>", "<|plamo:bos|>", "<|plamo:eos|>", "<|plamo:pad|>"]
+    tokens += [f"<0x{b:02X}>" for b in range(256)] + [p for p, _ in pieces]
+    types = [2, 3, 3, 3] + [6] * 256 + [1] * len(pieces)  # unknown, control, byte, normal
+    scores = [0.0] * 260 + [s for _, s in pieces]
+    return Tokenizer({"tokenizer.ggml.model": "plamo2", "tokenizer.ggml.tokens": tokens,
+                      "tokenizer.ggml.token_type": types, "tokenizer.ggml.scores": scores})
+
+
+def test_plamo2_picks_the_best_scoring_split_with_byte_fallback():
+    tok = _plamo2([("ab", -1.0), ("a", -0.4), ("b", -0.4), ("abc", -5.0), ("c", -1.0), ("▁x", -1.0)])
+    ab, a, b, abc, c = 260, 261, 262, 263, 264
+    assert tok.encode("ab", add_special=True) == [a, b]  # -0.8 beats -1.0; no BOS for PLaMo-2
+    assert tok.encode("abc") == [a, b, c]  # -1.8 beats "abc" at -5.0
+    # 'é' has no piece: its UTF-8 bytes, as byte tokens.
+    assert tok.encode("\ufeffaé") == [a, 4 + 0xC3, 4 + 0xA9]
+    assert tok.decode(tok.encode("abcé")) == "abcé"
+    assert _plamo2([("ab", -1.0), ("a", -0.5), ("b", -0.5)]).encode("ab") == [ab]  # ties keep the longer
