@@ -6,6 +6,7 @@ from pantheon.errors import EngineError, GGUFError, MissingKey
 from pantheon.gguf.file import open_gguf
 from pantheon.text.pretokenizers import pre_tokenizer
 from pantheon.text.bpe import BpeEncoder, byte_decode, parse_merges
+from pantheon.text.hashed import HashedEncoder
 from pantheon.text.plamo2 import Plamo2Encoder
 from pantheon.text.rwkv import RwkvEncoder, unescape_token, world_vocab_metadata
 from pantheon.text.spm import SPACE_ESCAPE, SpmEncoder, escape_whitespace
@@ -28,10 +29,10 @@ VOCAB_TYPES = {
     "t5": ("UGM", {"eos": 1, "unk": 2, "pad": 0}),
     "rwkv": ("RWKV", {}),
     "plamo2": ("PLAMO2", {"bos": 1, "eos": 2, "unk": 0, "pad": 3}),
+    "test": ("TEST", {}),
 }
 # llama.cpp types Pantheon does not implement, named so the refusal says what the file is.
-_NOT_IMPLEMENTED = {"test": "llama.cpp's test dummy",
-                    "no_vocab": "no vocabulary", "none": "no vocabulary"}
+_NOT_IMPLEMENTED = {"no_vocab": "no vocabulary", "none": "no vocabulary"}
 
 
 def _tokens(meta):
@@ -122,6 +123,10 @@ class Tokenizer:
         self.add_space_prefix = False
         return False, False
 
+    def _init_test(self, meta):
+        self.add_space_prefix = False
+        return False, False
+
     def _make_encoder(self, meta):
         kind = self.vocab_type
         if kind == "SPM":
@@ -136,6 +141,8 @@ class Tokenizer:
             flags = {"add_space_prefix": self.add_space_prefix,
                      "remove_extra_whitespaces": _flag(meta, "tokenizer.ggml.remove_extra_whitespaces", False)}
             return UgmEncoder(self.tokens, self.attrs, _scores(meta, self.n_vocab), self.unk_id, charsmap, flags)
+        if kind == "TEST":
+            return HashedEncoder(self.n_vocab)
         if kind == "PLAMO2":
             return Plamo2Encoder(self.tokens, self.attrs, _scores(meta, self.n_vocab))
         if kind == "RWKV":
@@ -165,7 +172,7 @@ class Tokenizer:
         self.bos_id, self.eos_id, self.eot_id = ids["bos"], ids["eos"], ids["eot"]
         self.eom_id, self.unk_id, self.pad_id = ids["eom"], ids["unk"], ids["pad"]
         self.sep_id = ids["sep"]
-        if self.vocab_type in ("RWKV", "PLAMO2"):
+        if self.vocab_type in ("RWKV", "PLAMO2", "TEST"):
             self.add_bos = self.add_eos = False  # llama.cpp adds neither to these, whatever the metadata
         if self.vocab_type == "WPM":
             self.add_bos = self.add_eos = False  # WPM frames with BOS ... SEP instead (see encode)
@@ -233,6 +240,8 @@ class Tokenizer:
         attr, text = int(self.attrs[tid]), self.tokens[tid]
         if self.vocab_type == "RWKV":
             return unescape_token(text)
+        if self.vocab_type == "TEST":
+            return format(tid, "x").encode()
         if self.vocab_type == "PLAMO2":
             is_byte = attr & sp.BYTE and len(text) == 6 and text.startswith("<0x")
             return bytes([int(text[3:5], 16)]) if is_byte else text.encode("utf-8", "surrogatepass")

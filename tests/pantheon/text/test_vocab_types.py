@@ -113,7 +113,7 @@ def test_rwkv_world_file_errors_are_typed(tmp_path):
         world_vocab_metadata(str(path))
 
 
-@pytest.mark.parametrize("model, what", [("test", "test dummy"), ("none", "no vocabulary"),
+@pytest.mark.parametrize("model, what", [("none", "no vocabulary"), ("no_vocab", "no vocabulary"),
                                          ("no-such", "not a tokenizer llama.cpp knows")])
 def test_unimplemented_vocab_types_are_refused_by_name(model, what):
     with pytest.raises(GGUFError, match=what):
@@ -139,3 +139,12 @@ def test_plamo2_picks_the_best_scoring_split_with_byte_fallback():
     assert tok.encode("\ufeffaé") == [a, 4 + 0xC3, 4 + 0xA9]
     assert tok.decode(tok.encode("abcé")) == "abcé"
     assert _plamo2([("ab", -1.0), ("a", -0.5), ("b", -0.5)]).encode("ab") == [ab]  # ties keep the longer
+
+
+def test_llama_cpps_test_vocabulary_hashes_five_byte_chunks():
+    tok = Tokenizer({"tokenizer.ggml.model": "test", "tokenizer.ggml.tokens": [f"t{i}" for i in range(1000)]})
+    text = "hello world"  # chunks 'hello', ' worl', 'd'
+    want = [sum(b * 31 ** (len(c) - 1 - i) for i, b in enumerate(c)) % 2**64 % 1000
+            for c in (b"hello", b" worl", b"d")]
+    assert tok.encode(text, add_special=True) == want
+    assert tok.decode([255, 16]) == "ff10"
