@@ -5,11 +5,12 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "open_model", "open_tokenizer"]
 
 
-def open_model(path, threads=None, quantize=False):
-    """Open a GGUF model zero-copy; see docs/python-api.md."""
+def open_model(path, threads=None, quantize=False, config=None):
+    """Open a GGUF file or a HuggingFace model (directory, or .safetensors with `config`) zero-copy;
+    see docs/python-api.md."""
     from pantheon.engine.model import open_model as _open_model
 
-    return _open_model(path, threads=threads, quantize=quantize)
+    return _open_model(path, threads=threads, quantize=quantize, config=config)
 
 
 def open_tokenizer(path):

@@ -32,8 +32,9 @@ def _number(text):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="pantheon", description="One-shot generation and chat with a GGUF model.")
-    p.add_argument("--model", metavar="PATH", help="GGUF model (default: the bundled demo model)")
+    p = argparse.ArgumentParser(prog="pantheon", description="One-shot generation and chat with a GGUF or HuggingFace model.")
+    p.add_argument("--model", metavar="PATH",
+                   help="GGUF file, HF model directory or .safetensors file (default: the bundled demo model)")
     p.add_argument("--prompt", default="Hello", help="one-shot prompt; the chat template applies unless --raw")
     p.add_argument("--raw", action="store_true", help="send --prompt without the chat template")
     p.add_argument("--chat", action="store_true", help="interactive multi-turn chat on stdin")
@@ -44,7 +45,7 @@ def build_parser():
     p.add_argument("--top-k", type=int, default=40, metavar="N")
     p.add_argument("--seed", type=int, default=None, metavar="N", help="sampling seed (same seed, same text)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="engine threads")
-    p.add_argument("--config", metavar="PATH", help="HuggingFace config.json (safetensors; not supported yet)")
+    p.add_argument("--config", metavar="PATH", help="HuggingFace config.json, when not beside the safetensors weights")
     p.add_argument("--vocab", metavar="PATH", help="RWKV World vocabulary (not supported yet)")
     p.add_argument("--quantize", action="store_true", help="INT8 (Q8_0) weights at load")
     p.add_argument("--bench", action="store_true", help="report tokens/s and memory; JSON last on stderr")
@@ -73,7 +74,7 @@ class Session:
 
         self.model, self.params, self.max_tokens = model, params, max_tokens
         self.engine = Engine(model, EngineConfig(n_ctx=min(model.config.n_ctx_train, 4096), max_batch=1))
-        self.prompts = PromptBuilder(model.tokenizer, model.gguf.metadata)
+        self.prompts = PromptBuilder(model.tokenizer, model.chat_metadata)
         self.turn = 0
 
     def generate(self, ids, out):
@@ -134,7 +135,7 @@ def _open(args):
         from pantheon.demo import demo_model_path
 
         path = str(demo_model_path())
-    return open_model(path, threads=args.threads, quantize=args.quantize)
+    return open_model(path, threads=args.threads, quantize=args.quantize, config=args.config)
 
 
 def run(args, stdout=sys.stdout, stderr=sys.stderr):
@@ -161,8 +162,10 @@ def main(argv=None):
     if args.backend:
         print(BACKEND)
         return 0
-    if args.config or args.vocab:
-        parser.error("--config (safetensors) and --vocab (RWKV) models are not supported yet")
+    if args.vocab:
+        parser.error("--vocab (RWKV) models are not supported yet")
+    if args.config and not args.model:
+        parser.error("--config names the config.json of a --model; give --model too")
     try:
         return run(args)
     except (PantheonError, OSError) as e:

@@ -80,6 +80,8 @@ class AdminDesk:
         from pantheon.serve.settings import ModelSpec
 
         path = self._confined(_field(body, "path", str))
+        config = _field(body, "config", str, None)
+        config = self._confined(config, "config") if config else ""
         name = _field(body, "name", str, os.path.basename(path)) or os.path.basename(path)
         if any(text(rec["name"]) == name for _, rec in self.sup.layout.tables.live_slots()):
             raise Refusal(409, "name_exists", f"a model named {name!r} is already served; unload it first")
@@ -92,28 +94,29 @@ class AdminDesk:
                           param="dies")
         ctx = _bounded(body, "ctx_cap", 0, MAX_CTX, 0)
         slots = _bounded(body, "batch_slots", 1, 8, self.sup.config.batch_slots)
-        return ModelSpec(path, name, dies, ctx, 0, 8, 8), slots
+        return ModelSpec(path, name, dies, ctx, 0, 8, 8, config=config), slots
 
-    def _confined(self, path):
-        """The real path of `path`; inside --models-dir when one is set (no traversal, no symlink escape)."""
+    def _confined(self, path, param="path"):
+        """The real path of `path` (a file, or an HF model directory); inside --models-dir when one is
+        set (no traversal, no symlink escape)."""
         root = self.sup.config.models_dir
         full = os.path.realpath(os.path.join(root, path) if root else path)
         if root and os.path.commonpath([full, os.path.realpath(root)]) != os.path.realpath(root):
-            raise Refusal(400, "path_outside_models_dir", f"path {path!r} resolves outside --models-dir", param="path")
-        if not os.path.isfile(full):
-            raise Refusal(400, "invalid_path", f"path {path!r} is not a readable file", param="path")
+            raise Refusal(400, "path_outside_models_dir", f"{param} {path!r} resolves outside --models-dir", param=param)
+        if not os.path.isfile(full) and not (param == "path" and os.path.isdir(full)):
+            raise Refusal(400, "invalid_path", f"{param} {path!r} is not a readable file", param=param)
         return full
 
     def _admit(self, spec, slots):
         """Pre-flight: open the header (typed errors become 400) and check the memory estimate."""
-        from pantheon.gguf.config import config_from_metadata
-        from pantheon.gguf.file import open_gguf
+        from pantheon.source import model_config
 
         try:
-            config_from_metadata(open_gguf(spec.path).metadata)
+            model_config(spec.path, spec.config or None)
         except PantheonError as e:
             raise Refusal(400, "invalid_model", str(e), param="path") from None
-        verdict = self.sup.fit_verdict(spec.path, spec.dies, spec.ctx_cap or 4096, slots, spec.max_sessions)
+        verdict = self.sup.fit_verdict(spec.path, spec.dies, spec.ctx_cap or 4096, slots, spec.max_sessions,
+                                       config=spec.config or None)
         if verdict.kind in ("DOES-NOT-FIT", "REFUSED"):
             raise Refusal(409, "does_not_fit", f"{spec.name} does not fit: {verdict.reason}",
                           estimate=_numbers(verdict))

@@ -44,7 +44,7 @@ class RingAdmin:
             try:
                 est = estimate(text(rec["path"]), dies=self._die_names(rec["dies"]) or ("cpu0",),
                                ctx=int(rec["ctx_cap"]) or 4096, slots=max(1, int(rec["batch_slots"])),
-                               sessions=int(rec["max_sessions"]))
+                               sessions=int(rec["max_sessions"]), config=text(rec["config"]) or None)
                 self._estimates[key] = {k: int(v) for k, v in est.parts().items()}
             except Exception as e:  # an unreadable file is already reported by the slot's state
                 self._estimates[key] = {"error": str(e)}

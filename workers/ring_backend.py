@@ -287,16 +287,13 @@ class RingBackend:
 
 
 def _open_served(rec, template=None):
-    """Tokenizer, template and context of a slot, read from its GGUF metadata (no weights touched);
-    `template` (--chat-template) overrides the GGUF's."""
-    from pantheon.gguf.config import config_from_metadata
-    from pantheon.gguf.file import open_gguf
+    """Tokenizer, template and context of a slot, from its GGUF metadata or HF tokenizer files (no
+    weights touched); `template` (--chat-template) overrides the model's."""
+    from pantheon.source import open_text
     from pantheon.text.prompting import PromptBuilder
-    from pantheon.text.tokenizer import Tokenizer
 
-    meta = open_gguf(text(rec["path"])).metadata
-    tok = Tokenizer.from_metadata(meta)
-    n_ctx = context_size(int(rec["ctx_cap"]), config_from_metadata(meta).n_ctx_train)
+    tok, meta, cfg = open_text(text(rec["path"]), text(rec["config"]) or None)
+    n_ctx = context_size(int(rec["ctx_cap"]), cfg.n_ctx_train)
     think = tuple(tok.token_to_id.get(t) for t in ("<think>", "</think>"))
     return ServedModel(text(rec["name"]), tok, PromptBuilder(tok, meta, template_source=template), n_ctx,
                        think if None not in think else ())

@@ -25,7 +25,7 @@ class SlotBook:
                     raise UsageError(f"--name {spec.name!r} names two different files: {s['path']} and {spec.path}")
                 s["dies"] |= sum(1 << d for d in dies)
                 return
-        self.slots.append(dict(name=spec.name, path=spec.path, dies=sum(1 << d for d in dies),
+        self.slots.append(dict(name=spec.name, path=spec.path, config=spec.config, dies=sum(1 << d for d in dies),
                                ctx_cap=spec.ctx_cap, batch_slots=min(self.config.batch_slots, spec.max_concurrent),
                                max_sessions=spec.max_sessions, max_concurrent=spec.max_concurrent,
                                reasoning_budget=spec.reasoning_budget, quantize=int(self.config.quantize)))
@@ -37,7 +37,7 @@ class SlotBook:
             raise UsageError(f"all {MAX_SLOTS} model slots are in use")
         i = free[0] if free else len(self.slots)
         index = {d.name: n for n, d in enumerate(self.die_list)}
-        record = dict(name=spec.name, path=spec.path, dies=sum(1 << index[n] for n in spec.dies),
+        record = dict(name=spec.name, path=spec.path, config=spec.config, dies=sum(1 << index[n] for n in spec.dies),
                       ctx_cap=spec.ctx_cap, batch_slots=batch_slots, max_sessions=spec.max_sessions,
                       max_concurrent=spec.max_concurrent, reasoning_budget=0, quantize=int(self.config.quantize))
         if i == len(self.slots):

@@ -319,7 +319,7 @@ class Supervisor:
                 "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
                 "in_flight": self.dispatcher.slot_in_flight(i), "ctx": int(rec["ctx_cap"])}
 
-    def fit_verdict(self, path, dies, ctx, slots, sessions, shared=None):
+    def fit_verdict(self, path, dies, ctx, slots, sessions, shared=None, config=None):
         """The estimator's verdict against the RAM available now (the pressure source) and free VRAM;
         a file the estimator cannot read is a REFUSED verdict naming why."""
         from types import MappingProxyType
@@ -331,7 +331,8 @@ class Supervisor:
         if shared is None:
             shared = [text(rec["path"]) for _, rec in self.layout.tables.live_slots()]
         try:
-            est = estimate(path, dies=dies, ctx=ctx, slots=slots, shared_files=shared, sessions=sessions)
+            est = estimate(path, dies=dies, ctx=ctx, slots=slots, shared_files=shared, sessions=sessions,
+                           config=config)
         except (GGUFError, OSError) as e:
             return Verdict(REFUSED, f"{path}: {type(e).__name__}: {e}", MappingProxyType({}))
         cuda = {d.name: d for d in self.die_list if d.name in est.vram}
@@ -345,7 +346,7 @@ class Supervisor:
         for s in self.book.slots:
             names = [self.die_list[d].name for d in range(len(self.die_list)) if s["dies"] >> d & 1]
             v = self.fit_verdict(s["path"], names, s["ctx_cap"] or 4096, s["batch_slots"], s["max_sessions"],
-                                 shared=seen)
+                                 shared=seen, config=s["config"] or None)
             if v.kind in ("DOES-NOT-FIT", "REFUSED"):
                 raise UsageError(f"model {s['name']!r} cannot be admitted:\n{v.table()}")
             seen.append(s["path"])

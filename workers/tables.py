@@ -18,7 +18,7 @@ DIE_DOWN, DIE_STARTING, DIE_UP, DIE_FAILED, DIE_DEGRADED = range(5)
 DIE_STATES = ("down", "starting", "up", "failed", "degraded")
 
 SLOT_DTYPE = np.dtype([
-    ("version", "<u8"), ("state", "u1"), ("name", "S64"), ("path", "S1024"), ("reason", "S256"),
+    ("version", "<u8"), ("state", "u1"), ("name", "S64"), ("path", "S1024"), ("config", "S1024"), ("reason", "S256"),
     ("dies", "<u8"), ("ctx_cap", "<u4"), ("batch_slots", "<u4"), ("max_sessions", "<u4"),
     ("max_concurrent", "<u4"), ("reasoning_budget", "<u4"), ("quantize", "u1"), ("created", "<u8"),
 ])

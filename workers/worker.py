@@ -47,7 +47,8 @@ class DieWorker:
                 if self.die.kind != "cpu":
                     raise UnsupportedDevice(f"die {self.die.name}: Pantheon has no GPU engine yet; GPU dies are "
                                             "discovered and supervised, but models run only on CPU dies")
-                model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]))
+                model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]),
+                                   config=text(rec["config"]) or None)
                 n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
                 cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
                                    max_sessions=int(rec["max_sessions"]))

@@ -5,8 +5,6 @@ import os
 import numpy as np
 
 from pantheon.engine.attention import attend
-from pantheon.gguf.config import config_from_metadata
-from pantheon.gguf.file import open_gguf
 from pantheon.engine.kernels.matmul import dequantize_rows, qmatmul
 from pantheon.engine.kvcache import KVCache
 from pantheon.engine.model_weights import bind_weights
@@ -14,25 +12,36 @@ from pantheon.engine.moe import moe_ffn
 from pantheon.engine.ops import Rope, rms_norm, silu
 from pantheon.engine.quantize import quantize_weights
 from pantheon.engine.threads import ThreadBudget
+from pantheon.source import open_files
 
 
 class Model:
-    """Weights (zero-copy), config and tokenizer of one model; forward() advances several sequences."""
+    """Weights (zero-copy), config and tokenizer of one model; forward() advances several sequences.
+
+    `gguf` is the opened file set: a GGUFFile, or an HFModel (pantheon.hf.directory)."""
 
     def __init__(self, gguf, config, weights, threads):
         self.gguf, self.config, self.weights = gguf, config, weights
         self.threads = ThreadBudget(threads)
         self.rope = Rope(config.n_rot, config.rope_base, config.neox_rope)
-        self._tokenizer = None
+        self._text = None
 
     @property
     def tokenizer(self):
-        """The model's tokenizer, built from its metadata on first use."""
-        if self._tokenizer is None:
-            from pantheon.text.tokenizer import Tokenizer
+        """The model's tokenizer, built from its metadata (or tokenizer.json) on first use."""
+        return self._text_side()[0]
 
-            self._tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
-        return self._tokenizer
+    @property
+    def chat_metadata(self):
+        """GGUF-style metadata the chat template reads (tokenizer.chat_template, BOS/EOS ids)."""
+        return self._text_side()[1]
+
+    def _text_side(self):
+        if self._text is None:
+            from pantheon.source import text_side
+
+            self._text = text_side(self.gguf)
+        return self._text
 
     def new_cache(self, n_ctx=None):
         """An empty KV cache for one sequence (n_ctx defaults to the training context)."""
@@ -127,14 +136,14 @@ def default_threads():
     return len(os.sched_getaffinity(0))
 
 
-def open_model(path, threads=None, quantize=False):
-    """Open a GGUF model zero-copy: typed GGUFError subclasses on anything malformed.
+def open_model(path, threads=None, quantize=False, config=None):
+    """Open a model zero-copy: a GGUF file, or an HF directory / safetensors file (`config`: its
+    config.json when not beside it); typed GGUFError subclasses on anything malformed.
 
     quantize=True converts float (F32/F16/BF16) matrices to Q8_0 in memory: no longer zero-copy,
     but half of F16's memory traffic per token."""
-    gguf = open_gguf(path)
-    config = config_from_metadata(gguf.metadata)
-    weights = bind_weights(gguf.tensors, config)
+    gguf, cfg = open_files(path, config)
+    weights = bind_weights(gguf.tensors, cfg)
     if quantize:
         weights = quantize_weights(weights)
-    return Model(gguf, config, weights, threads or default_threads())
+    return Model(gguf, cfg, weights, threads or default_threads())

@@ -82,6 +82,12 @@ class _Binder:
         return dequantize_rows(w, [0])[0]  # [n]
 
     def experts(self, name, n_expert, rows, cols):
+        """One Weight per expert: from the stacked `ffn_*_exps` tensor, or else from per-expert
+        `ffn_*.{e}.weight` tensors (old llama.cpp Mixtral files and HF checkpoints)."""
+        if not self.has(name):
+            single = name.replace("_exps.weight", ".{}.weight")
+            if self.has(single.format(0)):
+                return tuple(self.matrix(single.format(e), rows, cols) for e in range(n_expert))
         t = self.info(name, (n_expert, rows, cols))
         return tuple(Weight(f"{name}[{e}]", int(t.qtype), rows, cols, t.raw[e]) for e in range(n_expert))
 

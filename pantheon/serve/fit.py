@@ -7,9 +7,8 @@ from typing import Mapping
 
 from gguf import GGMLQuantizationType as T
 
-from pantheon.gguf.config import config_from_metadata
 from pantheon.errors import GGUFError, MissingTensor, UsageError
-from pantheon.gguf.file import open_gguf
+from pantheon.source import open_files
 from pantheon.serve.memory import MiB, PressureLevel, Thresholds, available_ram, level_for
 
 # The supervisor calls this module, and it must not import numba: the kernel and quantizer
@@ -97,9 +96,9 @@ def format_bytes(n):
 
 
 def estimate(path, dies=("cpu0",), ctx=4096, slots=4, shared_files=(), sessions=0, quantize=False,
-             chunk=PREFILL_CHUNK) -> Estimate:
-    """Memory of serving `path` on `dies`, from GGUF metadata and tensor shapes only (no weight page
-    is read). Typed GGUFError subclasses (UnsupportedArchitecture, MissingKey, MissingTensor, ...)
+             chunk=PREFILL_CHUNK, config=None) -> Estimate:
+    """Memory of serving `path` on `dies`, from GGUF metadata (or an HF model's config.json, `config`
+    when not beside its weights) and tensor shapes only (no weight page is read). Typed GGUFError subclasses (UnsupportedArchitecture, MissingKey, MissingTensor, ...)
     say why a file is refused; UsageError for a bad argument.
 
     Every die runs its own engine: `slots` sequences decoded together plus up to `sessions` caches
@@ -107,8 +106,7 @@ def estimate(path, dies=("cpu0",), ctx=4096, slots=4, shared_files=(), sessions=
     `shared_files`: paths already mapped by a loaded model; their weights add nothing on CPU dies.
     `quantize`: float matrices become per-process Q8_0 copies (open_model(quantize=True))."""
     names = _check_args(dies, ctx, slots, sessions, chunk)
-    gguf = open_gguf(path)
-    cfg = config_from_metadata(gguf.metadata)
+    gguf, cfg = open_files(path, config)
     _check_tensors(gguf.tensors, cfg)
     n_ctx = min(ctx, cfg.n_ctx_train)
     per_token = 2 * cfg.n_layer * cfg.n_head_kv * cfg.head_dim * KV_ELEMENT_BYTES
@@ -171,11 +169,20 @@ def _check_tensors(tensors, cfg):
         names += [p + "attn_norm.weight", p + "ffn_norm.weight", p + "attn_output.weight"]
         if p + "attn_qkv.weight" not in tensors:
             names += [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
-        ffn = ("gate_inp", "gate_exps", "up_exps", "down_exps") if cfg.n_expert else ("up", "down")
-        names += [f"{p}ffn_{n}.weight" for n in ffn]
+        if cfg.n_expert:
+            names += [p + "ffn_gate_inp.weight", *_expert_names(tensors, p, cfg.n_expert)]
+        else:
+            names += [p + "ffn_up.weight", p + "ffn_down.weight"]
     missing = next((n for n in names if n not in tensors), None)
     if missing is not None:
         raise MissingTensor(f"tensor {missing!r} is required but absent")
+
+
+def _expert_names(tensors, p, n_expert):
+    """Stacked ffn_*_exps tensors, or one tensor per expert (HF checkpoints, old Mixtral GGUFs)."""
+    if p + "ffn_gate_exps.weight" in tensors or p + "ffn_gate.0.weight" not in tensors:
+        return [f"{p}ffn_{n}_exps.weight" for n in ("gate", "up", "down")]
+    return [f"{p}ffn_{n}.{e}.weight" for e in range(n_expert) for n in ("gate", "up", "down")]
 
 
 def _weight_split(gguf, quantize):

@@ -67,7 +67,7 @@ class _Runner:
     def __init__(self, name, model, config, max_concurrent, max_queue, recorder, template=None):
         self.name, self.model, self.config = name, model, config
         self.max_concurrent, self.max_queue, self.recorder = max_concurrent, max_queue, recorder
-        prompts = PromptBuilder(model.tokenizer, model.gguf.metadata, template_source=template)
+        prompts = PromptBuilder(model.tokenizer, model.chat_metadata, template_source=template)
         self.served = ServedModel(name, model.tokenizer, prompts, config.n_ctx, _think_ids(model.tokenizer))
         self.commands = queue.Queue()
         self.state = "loaded"

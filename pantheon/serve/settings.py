@@ -51,6 +51,7 @@ class ModelSpec:
     max_sessions: int
     max_concurrent: int
     chat_template: Optional[str] = None  # Jinja source overriding the GGUF's (--chat-template[-file])
+    config: str = ""       # config.json of an HF model given as a .safetensors file ('' otherwise)
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,9 @@ class Flag:
 
 FLAGS = (
     Flag("--model", "global", "PATH", parse_path, "bundled demo model",
-         f"GGUF model to serve; repeatable, each starts a new model slot (at most {MAX_MODELS})"),
+         f"GGUF file or HF model directory to serve; repeatable, each starts a new model slot (at most {MAX_MODELS})"),
+    Flag("--config", "model", "PATH", parse_path, "config.json beside the weights",
+         "HF config.json of a --model given as a .safetensors file (or index) elsewhere"),
     Flag("--name", "model", "ID", parse_id, "basename of PATH", "served model id (the request's `model` field)"),
     Flag("--dies", "model", "A[,B...]", parse_dies, "cpu0",
          f"dies to run on: cpuN, or N / cudaN for CUDA ordinals (at most {MAX_DIES_PER_MODEL})"),
@@ -265,7 +268,6 @@ FLAGS = (
     Flag("--reasoning-format", "global", "FMT", parse_reasoning_format, "auto",
          "auto or deepseek: <think> text goes to reasoning_content; none: it stays in content"),
     Flag("--models-dir", "global", "DIR", parse_dir, "none", "directory of models that may be loaded"),
-    Flag("--config", "global", "PATH", None, "unset", "safetensors config.json: not supported yet"),
     Flag("--vocab", "global", "PATH", None, "unset", "RWKV World vocabulary: not supported yet"),
     Flag("--help", "global", None, None, "", "print this help and exit", aliases=("-h",)),
 )
@@ -376,7 +378,7 @@ def _help(draft, flag, value):
 
 _SPECIAL = {"--model": _add_model, "--api-key": _add_key, "--api-key-file": _add_key_file,
             "--cors-origin": _add_origin,
-            "--config": _refuse, "--vocab": _refuse, "--help": _help}
+            "--vocab": _refuse, "--help": _help}
 
 
 # ---- resolution into frozen objects
@@ -416,7 +418,8 @@ def _model_spec(m, served_name, jinja=False):
     return ModelSpec(path=path, name=m.get("--name") or served_name or _basename(path),
                      dies=m.get("--dies", DEFAULT_DIES), ctx_cap=m.get("--ctx-cap") or DEFAULT_CTX_CAP,
                      reasoning_budget=m.get("--reasoning-budget", 0), max_sessions=sessions,
-                     max_concurrent=m.get("--max-concurrent") or sessions, chat_template=template)
+                     max_concurrent=m.get("--max-concurrent") or sessions, chat_template=template,
+                     config=m.get("--config", ""))
 
 
 def _basename(path):

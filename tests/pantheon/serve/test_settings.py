@@ -245,9 +245,15 @@ def test_model_path_without_file_name():
     assert refused("--model=") == "--model '': expected a file path"
 
 
-@pytest.mark.parametrize("flag", ["--config", "--vocab"])
-def test_config_and_vocab_not_supported(flag):
-    assert "not supported yet" in refused("--model", "a", flag, "x.json")
+def test_vocab_not_supported():
+    assert "not supported yet" in refused("--model", "a", "--vocab", "x.json")
+
+
+def test_config_binds_to_its_model():
+    cfg = parse("--model", "a.gguf", "--model", "w.safetensors", "--config", "c/config.json")
+    assert [m.config for m in cfg.models] == ["", "c/config.json"]
+    assert refused("--config", "c.json") == "--config before any --model: per-model flags bind to the most recent --model"
+    assert "given twice" in refused("--model", "w.safetensors", "--config", "a", "--config", "b")
 
 
 def test_bad_secrets_are_not_echoed():

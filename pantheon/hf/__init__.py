@@ -1,0 +1,1 @@
+"""HuggingFace model directories: config.json, safetensors weights (zero-copy), tokenizer files."""

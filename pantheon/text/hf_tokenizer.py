@@ -1,0 +1,127 @@
+"""The tokenizer of a HuggingFace model: tokenizer.json run by the `tokenizers` library, the reference."""
+
+import json
+import os
+
+from pantheon.errors import EngineError, GGUFError
+from pantheon.text.bpe import byte_decode
+
+MAX_TOKENIZER_BYTES = 256 << 20
+
+
+class HFTokenizerError(GGUFError):
+    """tokenizer.json is missing, too big, or not a tokenizer the `tokenizers` library reads."""
+
+
+def _load(path):
+    import tokenizers
+
+    if not os.path.isfile(path):
+        raise HFTokenizerError(f"{path}: tokenizer.json is absent (a tokenizer.model-only repository is not supported)")
+    if os.path.getsize(path) > MAX_TOKENIZER_BYTES:
+        raise HFTokenizerError(f"{path}: tokenizer.json is over {MAX_TOKENIZER_BYTES} bytes")
+    with open(path, "rb") as f:
+        source = f.read().decode("utf-8", "replace")
+    try:
+        tok = tokenizers.Tokenizer.from_str(source)
+        literal = tokenizers.Tokenizer.from_str(source)
+    except Exception as e:  # the library raises a bare Exception on any malformed field
+        raise HFTokenizerError(f"{path}: not a tokenizer.json the tokenizers library reads: {e}") from None
+    for t in (tok, literal):
+        t.no_truncation()
+        t.no_padding()
+    literal.encode_special_tokens = True  # special-token text is encoded as plain text
+    return tok, literal, json.loads(source).get("decoder")
+
+
+def _decoder_steps(decoder):
+    """The decoder's per-token steps, flattened: ('bytelevel',), ('bytefallback',), ('replace', a, b)."""
+    if not isinstance(decoder, dict):
+        return []
+    kind = decoder.get("type")
+    if kind == "Sequence":
+        return [s for d in decoder.get("decoders") or () for s in _decoder_steps(d)]
+    if kind == "ByteLevel":
+        return [("bytelevel",)]
+    if kind == "ByteFallback":
+        return [("bytefallback",)]
+    if kind == "Metaspace":
+        return [("replace", decoder.get("replacement", "\u2581"), " ")]
+    if kind == "Replace" and isinstance(decoder.get("pattern"), dict) and "String" in decoder["pattern"]:
+        return [("replace", decoder["pattern"]["String"], decoder.get("content", ""))]
+    return []
+
+
+class HFTokenizer:
+    """Same surface as pantheon.text.tokenizer.Tokenizer: encode, token_bytes, decode, special ids."""
+
+    def __init__(self, path):
+        self._tok, self._literal, decoder = _load(path)
+        self.model = "hf"
+        self.token_to_id = self._tok.get_vocab(with_added_tokens=True)
+        self.n_vocab = max(self.token_to_id.values(), default=-1) + 1
+        self.tokens = [""] * self.n_vocab
+        for text, tid in self.token_to_id.items():
+            self.tokens[tid] = text
+        added = self._tok.get_added_tokens_decoder()
+        self._added = {tid for tid in added}
+        self._control = {tid for tid, t in added.items() if t.special}
+        self._steps = _decoder_steps(decoder)
+        self._pieces = [None] * self.n_vocab
+        self.set_specials(None, None)
+
+    def set_specials(self, bos, eos, stop_ids=()):
+        """Name the BOS/EOS ids (from tokenizer_config.json) and every id that ends generation."""
+        self.bos_id, self.eos_id = bos, eos
+        self.eot_id = self.eom_id = self.unk_id = self.pad_id = None
+        self.stop_ids = frozenset(i for i in (eos, *stop_ids) if i is not None)
+        probe = self._tok.encode("a", add_special_tokens=True).ids  # what the post-processor adds
+        self.add_bos = bos is not None and bool(probe) and probe[0] == bos
+        self.add_eos = eos is not None and len(probe) > 1 and probe[-1] == eos
+
+    def encode(self, text, add_special=True, parse_special=False):
+        """Token ids of `text`; add_special runs the post-processor (BOS/EOS), parse_special turns
+        special-token text such as '<|im_start|>' into that token."""
+        tok = self._tok if parse_special else self._literal
+        return tok.encode(text, add_special_tokens=add_special).ids
+
+    def token_text(self, tid):
+        """The token's vocabulary spelling."""
+        return self.tokens[self._check(tid)]
+
+    def is_special(self, tid):
+        """Special added tokens: rendered only when decoding with special=True."""
+        return self._check(tid) in self._control
+
+    def token_bytes(self, tid, special=False):
+        """The bytes token `tid` stands for, as the tokenizer.json decoder spells one token (no stripping)."""
+        if self._check(tid) in self._control and not special:
+            return b""
+        piece = self._pieces[tid]
+        if piece is None:
+            piece = self._pieces[tid] = self._piece(tid)
+        return piece
+
+    def _piece(self, tid):
+        text = self.tokens[tid]
+        if tid in self._added:
+            return text.encode("utf-8", "surrogatepass")
+        for step in self._steps:
+            if step[0] == "bytelevel":
+                raw = byte_decode(text)
+                return raw if raw is not None else text.encode("utf-8", "surrogatepass")
+            if step[0] == "bytefallback" and len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+                return bytes([int(text[3:5], 16)])
+            if step[0] == "replace":
+                text = text.replace(step[1], step[2])
+        return text.encode("utf-8", "surrogatepass")
+
+    def decode(self, ids, special=False):
+        """Text of `ids` (invalid UTF-8 becomes U+FFFD); special=True renders special tokens."""
+        raw = b"".join(self.token_bytes(int(t), special) for t in ids)
+        return raw.decode("utf-8", "replace")
+
+    def _check(self, tid):
+        if not 0 <= tid < self.n_vocab:
+            raise EngineError(f"token id {tid} is outside the vocabulary (n_vocab={self.n_vocab})")
+        return tid
