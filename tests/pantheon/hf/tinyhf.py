@@ -167,9 +167,9 @@ def _save(weights, path, dtype, shards):
 def _retag_bf16(f):
     raw = f.read_bytes()
     n = int.from_bytes(raw[:8], "little")
-    header = raw[8:8 + n].decode().replace('"U16"', '"BF16"')
-    assert len(header) == n
-    f.write_bytes(raw[:8] + header.encode() + raw[8 + n:])
+    header = raw[8:8 + n].decode().rstrip().replace('"U16"', '"BF16"').encode()
+    header += b" " * (-len(header) % 8)  # offsets are relative to the data, so only the length changes
+    f.write_bytes(len(header).to_bytes(8, "little") + header + raw[8 + n:])
 
 
 def make_hf(path, model_type, dtype="F32", shards=1, seed=0):
