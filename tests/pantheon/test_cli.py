@@ -107,3 +107,26 @@ def read_until(fd, marker, timeout):
         if select.select([fd], [], [], 1)[0]:
             got += os.read(fd, 4096)
     return got
+
+
+def test_hf_directory_and_safetensors_with_config(tmp_path):
+    """An HF directory, then its .safetensors file with --config from elsewhere: same greedy tokens."""
+    from tests.pantheon.hf.tinyhf import make_hf
+
+    d, _, _ = make_hf(tmp_path / "m", "qwen2")
+    common = ["--prompt", "Hello", "--max-tokens", "4", "--temperature", "0", "--quantize", "--bench"]
+    a = run("--model", str(d), *common)
+    assert a.returncode == 0, a.stderr
+    import tokenizers
+
+    turn = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"  # tinyhf's template, no BOS
+    want = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json")).encode(turn).ids
+    assert json.loads(a.stderr.splitlines()[-1])["prompt_tokens"] == len(want)
+    moved = tmp_path / "meta"
+    moved.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        (d / name).rename(moved / name)
+    b = run("--model", str(d / "model.safetensors"), "--config", str(moved / "config.json"), *common)
+    assert b.returncode == 0 and b.stdout == a.stdout, b.stderr
+    c = run("--model", str(d / "model.safetensors"), *common)
+    assert c.returncode == 1 and "give --config" in c.stderr
