@@ -13,8 +13,12 @@ def open_model(path, threads=None, quantize=False, config=None):
     return _open_model(path, threads=threads, quantize=quantize, config=config)
 
 
-def open_tokenizer(path):
-    """Open only the tokenizer of a GGUF file (vocabulary-only files included)."""
+def open_tokenizer(path, config=None):
+    """Open only the tokenizer of a GGUF file (vocabulary-only files included) or of an HF model."""
+    from pantheon.source import is_hf, open_text
+
+    if is_hf(path, config):
+        return open_text(path, config)[0]
     from pantheon.text.tokenizer import open_tokenizer as _open_tokenizer
 
     return _open_tokenizer(path)
