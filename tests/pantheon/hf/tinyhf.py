@@ -78,7 +78,7 @@ def _config(model_type, n_vocab):
     cfg = {"model_type": model_type, "architectures": ["X"], "hidden_size": DIM, "num_hidden_layers": LAYERS,
            "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "intermediate_size": FF,
            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512, "vocab_size": n_vocab,
-           "torch_dtype": "float32", "tie_word_embeddings": False}
+           "torch_dtype": "float32", "tie_word_embeddings": False, "pad_token_id": None}
     cfg.update(extra)
     return cfg
 
