@@ -5,6 +5,7 @@ import functools
 import os
 import pathlib
 
+import numpy as np
 import pytest
 
 import pantheon
@@ -40,3 +41,26 @@ def llama_cases(name):
     lines = out.split("\n")
     assert len(lines) >= len(texts), (name, len(lines), len(texts))
     return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, lines)]
+
+
+def write_vocab_gguf(path, meta):
+    """Write a metadata-only GGUF holding `meta` (values as pantheon's reader returns them)."""
+    import gguf
+
+    kinds = {str: gguf.GGUFValueType.STRING, bool: gguf.GGUFValueType.BOOL,
+             int: gguf.GGUFValueType.UINT32, float: gguf.GGUFValueType.FLOAT32}
+    subs = {np.dtype(np.int32): gguf.GGUFValueType.INT32, np.dtype(np.float32): gguf.GGUFValueType.FLOAT32,
+            np.dtype(np.uint8): gguf.GGUFValueType.UINT8}
+    writer = gguf.GGUFWriter(str(path), meta["general.architecture"])
+    for key, value in meta.items():
+        if key == "general.architecture":
+            continue
+        if isinstance(value, np.ndarray):
+            writer.add_key_value(key, value.tolist(), gguf.GGUFValueType.ARRAY, subs[value.dtype])
+        elif isinstance(value, list):
+            writer.add_key_value(key, value, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING)
+        else:
+            writer.add_key_value(key, value, kinds[type(value)])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()

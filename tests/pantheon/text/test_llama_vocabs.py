@@ -2,7 +2,8 @@
 
 import pytest
 
-from tests.pantheon.text.llama_vocabs import WITH_VECTORS, WITHOUT_VECTORS, llama_cases, llama_vocab
+from tests.pantheon.text.llama_vocabs import (WITH_VECTORS, WITHOUT_VECTORS, llama_cases, llama_vocab,
+                                             llama_vocab_path)
 
 
 @pytest.mark.parametrize("name", WITH_VECTORS)
@@ -22,3 +23,16 @@ def test_vocabularies_without_vectors_open_and_round_trip(name):
     assert ids and all(0 <= i < tok.n_vocab for i in ids)
     decoded = tok.decode(ids)
     assert decoded.strip().lower() == text.lower() or decoded.replace(" ", "") == text.replace(" ", "")
+
+
+MIXED = "Hello WORLDwide 1234567 日本語テキスト 한국어 🤖🎉  x\n\n don'T e\u0301 Привет ٣٤٥ x²\t\t end  "
+
+
+@pytest.mark.parametrize("name", WITH_VECTORS + WITHOUT_VECTORS)
+def test_mixed_text_matches_llama_cpp_binding(name):
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp's Python binding is not installed")
+    ref = llama_cpp.Llama(model_path=str(llama_vocab_path(name)), vocab_only=True, verbose=False)
+    tok = llama_vocab(name)
+    for add_special in (False, True):
+        want = ref.tokenize(MIXED.encode(), add_bos=add_special, special=False)
+        assert tok.encode(MIXED, add_special=add_special) == want
