@@ -148,3 +148,30 @@ def test_llama_cpps_test_vocabulary_hashes_five_byte_chunks():
             for c in (b"hello", b" worl", b"d")]
     assert tok.encode(text, add_special=True) == want
     assert tok.decode([255, 16]) == "ff10"
+
+
+def _raw_bpe(model, pieces, merges, pre, **extra):
+    """A raw-UTF-8 BPE vocabulary (the whitespace/hybriddna kind): <0xXX> byte tokens, then pieces."""
+    tokens = [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [6] * 256 + [1] * len(pieces)
+    return Tokenizer({"tokenizer.ggml.model": model, "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
+                      "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges, **extra})
+
+
+def test_whitespace_model_splits_at_unicode_whitespace_and_keeps_case():
+    tok = _raw_bpe("whitespace", ["a", "b", "ab", "A", "B", "AB"], ["a b", "A B"], "whitespace")
+    a, b, ab, A, B, AB = range(256, 262)
+    assert tok.encode("ab\u3000AB  a\tb") == [ab, AB, a, b]
+    lower = _raw_bpe("whitespace", ["a", "b", "ab"], ["a b"], "whitespace",
+                     **{"tokenizer.ggml.normalizer.lowercase": True})
+    assert lower.encode("AB") == [258]
+    assert tok.encode("é") == [0xC3, 0xA9]  # no piece: its UTF-8 bytes as <0xXX> tokens
+
+
+def test_hybriddna_encodes_dna_as_six_mers():
+    kmers = ["ACGTAC\ue000", "GTAAAA\ue000"]
+    tok = _raw_bpe("hybriddna", ["h", "i", "hi", "<dna>", "</dna>", "<oov>", *kmers], ["h i"], "whitespace")
+    hi, dna, end, oov, k1, k2 = 258, 259, 260, 261, 262, 263
+    assert tok.encode("hi<dna>acgtacGT</dna>hi") == [hi, dna, k1, k2, end, hi]
+    assert tok.encode("<dna>NNNNNN") == [dna, oov]
+    assert tok.token_text(k1) == "ACGTAC"  # the marker is only there to keep ids apart
