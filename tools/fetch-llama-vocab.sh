@@ -13,7 +13,7 @@ if [ -f "$dest/.complete-$version" ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$tmp"
+python3 -m pip download -q --timeout 30 --retries 1 --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$tmp"
 mkdir -p "$dest"
 tar -xzf "$tmp"/llama_cpp_python-$version.tar.gz -C "$tmp" --wildcards \
   "llama_cpp_python-$version/vendor/llama.cpp/models/ggml-vocab-*"
