@@ -6,7 +6,7 @@ from pantheon.errors import GGUFError, UsageError
 REFUSED = "REFUSED"   # pantheon.serve.fit's verdict for a file it cannot judge
 
 
-def fit_report(path, dies, ctx, slots, available=None, vram=None):
+def fit_report(path, dies, ctx, slots, available=None, vram=None, config=None):
     """The verdict as a JSON-ready dict.
 
     `available`: host RAM bytes to fit in (default: pantheon.serve.memory.available_ram(), whose total also
@@ -20,7 +20,7 @@ def fit_report(path, dies, ctx, slots, available=None, vram=None):
     report = {"model": path, "dies": list(dies), "ctx": ctx, "slots": slots, "available": host,
               "available_source": source, "vram_available": None, "vram_source": None}
     try:
-        estimate = fit.estimate(path, dies=tuple(dies), ctx=ctx, slots=slots, shared_files=())
+        estimate = fit.estimate(path, dies=tuple(dies), ctx=ctx, slots=slots, shared_files=(), config=config)
     except OSError as e:
         raise UsageError(f"fit {path!r}: cannot read: {e.strerror or e}") from None
     except GGUFError as e:

@@ -127,6 +127,7 @@ _SLOTS = Flag("--slots", "slots", "N", int_in(1, MAX_BATCH_SLOTS),
               f"sequences decoded together [default: {DEFAULT_BATCH_SLOTS}]")
 _LOAD_TIMEOUT = Flag("--timeout", "op_timeout", "S", int_in(1, MAX_OP_TIMEOUT),
                      f"whole seconds the load may take [default: {DEFAULT_LOAD_TIMEOUT}]")
+_CONFIG = Flag("--config", "config", "PATH", parse_path, "HF config.json of a .safetensors PATH [default: beside it]")
 _UNLOAD_TIMEOUT = Flag("--timeout", "op_timeout", "S", int_in(0, MAX_OP_TIMEOUT),
                        f"whole seconds in-flight requests may finish in [default: {DEFAULT_UNLOAD_TIMEOUT}]")
 
@@ -135,11 +136,11 @@ COMMANDS = {c.name: c for c in (
     Command("dies", None, None, (), "dies, their workers and memory (GET /admin/dies)"),
     Command("health", None, None, (), "the public health check (GET /health)"),
     Command("load", "PATH", "target", (Flag("--name", "name", "ID", parse_id, "served name [default: file name]"),
-                                       _DIES, _CTX, _SLOTS, _LOAD_TIMEOUT),
-            "load a GGUF model; PATH is opened by the server"),
+                                       _DIES, _CTX, _SLOTS, _LOAD_TIMEOUT, _CONFIG),
+            "load a GGUF file or HF model directory; PATH is opened by the server"),
     Command("unload", "NAME", "target", (_UNLOAD_TIMEOUT,),
             "unload a model; requests still running after --timeout are aborted"),
-    Command("fit", "MODEL", "target", (_DIES, _CTX, _SLOTS,
+    Command("fit", "MODEL", "target", (_DIES, _CTX, _SLOTS, _CONFIG,
                                        Flag("--available", "available", "BYTES", parse_size,
                                             "free RAM to fit in (K/M/G/T suffixes) [default: measured]"),
                                        Flag("--vram", "vram", "BYTES", parse_size,
@@ -165,6 +166,7 @@ class Invocation:
     op_timeout: Optional[int] = None
     available: Optional[int] = None
     vram: Optional[int] = None
+    config: Optional[str] = None
 
 
 def parse_ctl_args(argv, environ=os.environ):
@@ -276,7 +278,7 @@ def run_health(inv, client, out):
 def run_load(inv, client, out):
     timeout = DEFAULT_LOAD_TIMEOUT if inv.op_timeout is None else inv.op_timeout
     payload = client.load(inv.target, name=inv.name, dies=inv.dies, ctx_cap=inv.ctx, batch_slots=inv.slots,
-                          timeout=timeout, wait=_wait(inv, timeout))
+                          timeout=timeout, wait=_wait(inv, timeout), config=inv.config)
     model = _shaped(payload, "model", dict)["model"]
     out.write(fmt.to_json(payload) if inv.json else fmt.model_line("loaded", model))
     return EXIT_OK
@@ -303,7 +305,7 @@ def _shaped(payload, key, kind=list):
 def run_fit(inv, client, out):
     """Local: pantheon.serve.fit's verdict; the exit status is the verdict's (see FIT_EXIT)."""
     report = fit_report(inv.target, inv.dies or DEFAULT_DIES, inv.ctx or DEFAULT_CTX_CAP,
-                        inv.slots or DEFAULT_BATCH_SLOTS, available=inv.available, vram=inv.vram)
+                        inv.slots or DEFAULT_BATCH_SLOTS, available=inv.available, vram=inv.vram, config=inv.config)
     out.write(fmt.to_json(report) if inv.json else fit_text(report))
     return FIT_EXIT[report["verdict"]]
 

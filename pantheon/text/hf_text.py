@@ -61,6 +61,8 @@ def open_hf_text(text_dir, hf_config):
     tok_cfg = _optional_json(text_dir, "tokenizer_config.json")
     gen_cfg = _optional_json(text_dir, "generation_config.json")
     tok = HFTokenizer(os.path.join(text_dir, "tokenizer.json"))
+    if isinstance(hf_config.get("vocab_size"), int):
+        tok.pad_to(hf_config["vocab_size"])
     bos = _special_id(tok, tok_cfg, "bos_token", gen_cfg, hf_config)
     eos = _special_id(tok, tok_cfg, "eos_token", gen_cfg, hf_config)
     # Every id generation_config.json lists ends generation (Llama 3 lists <|eot_id|> there), and the

@@ -70,6 +70,17 @@ class HFTokenizer:
         self._pieces = [None] * self.n_vocab
         self.set_specials(None, None)
 
+    def pad_to(self, n_vocab):
+        """Cover the model's whole embedding: ids past tokenizer.json (checkpoints pad vocab_size to a
+        round number) become '[PAD{id}]' tokens that render as nothing, as llama.cpp's converter makes them.
+        A tokenizer larger than the model is refused: its ids would index past the embedding."""
+        if n_vocab < self.n_vocab:
+            raise HFTokenizerError(f"tokenizer.json has {self.n_vocab} tokens, more than the model's "
+                                   f"vocab_size {n_vocab}")
+        self.tokens += [f"[PAD{i}]" for i in range(self.n_vocab, n_vocab)]
+        self._pieces += [b""] * (n_vocab - self.n_vocab)
+        self.n_vocab = n_vocab
+
     def set_specials(self, bos, eos, stop_ids=()):
         """Name the BOS/EOS ids (from tokenizer_config.json) and every id that ends generation."""
         self.bos_id, self.eos_id = bos, eos

@@ -253,6 +253,25 @@ def test_load_defaults(stub):
                                         "batch_slots": None, "timeout": ctl.DEFAULT_LOAD_TIMEOUT}
 
 
+def test_load_sends_an_hf_config(stub):
+    stub.routes[("POST", "/admin/models/load")] = (200, {"model": MODELS["models"][1]})
+    assert run("load", "m/model.safetensors", "--config", "meta/config.json", "--url", stub.url)[0] == 0
+    assert stub.requests[0]["body"]["config"] == "meta/config.json"
+
+
+def test_fit_of_an_hf_directory_reads_its_config(tmp_path):
+    from tests.pantheon.hf.tinyhf import make_hf
+
+    d, _, _ = make_hf(tmp_path / "m", "qwen3_moe")
+    rc, out, _ = run("fit", str(d), "--available", "64G", "--json")
+    report = json.loads(out)
+    assert rc == 0 and report["verdict"] == "FITS" and report["estimate"]["arch"] == "qwen3moe"
+    (d / "config.json").rename(tmp_path / "config.json")
+    rc, out, _ = run("fit", str(d / "model.safetensors"), "--config", str(tmp_path / "config.json"),
+                     "--available", "64G", "--json")
+    assert rc == 0 and json.loads(out)["estimate"]["arch"] == "qwen3moe"
+
+
 def test_load_waits_past_the_http_timeout_for_the_servers_answer(stub):
     stub.routes[("POST", "/admin/models/load")] = (200, {"model": MODELS["models"][1]}, 0.5)
     assert run("--timeout", "0.1", "load", "big.gguf", "--url", stub.url, "--timeout", "1")[0] == 0

@@ -87,3 +87,17 @@ def test_missing_or_malformed_tokenizer(tmp_path):
     (tmp_path / "tokenizer.json").write_text('{"model": {"type": "Nope"}}')
     with pytest.raises(HFTokenizerError, match="tokenizers library"):
         HFTokenizer(str(tmp_path / "tokenizer.json"))
+
+
+def test_padded_vocabulary(tmp_path):
+    """config.json's vocab_size past tokenizer.json: padding ids exist, render as nothing; fewer is refused."""
+    d, cfg, _ = make_hf(tmp_path / "m", "qwen3")
+    tok, _, _ = open_text(str(d))
+    ref = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+    assert tok.n_vocab == cfg["vocab_size"] > ref.get_vocab_size()
+    last = cfg["vocab_size"] - 1
+    assert tok.token_text(last) == f"[PAD{last}]" and tok.decode([last], special=True) == ""
+    cfg["vocab_size"] = ref.get_vocab_size() - 1
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(HFTokenizerError, match="more than the model's vocab_size"):
+        open_text(str(d))
