@@ -1,4 +1,4 @@
-"""The `pantheon` command: one-shot generation and interactive chat with one model."""
+"""The `pantheon` command: one-shot generation and interactive chat with one model; `pantheon router` hands off."""
 
 import argparse
 import json
@@ -154,6 +154,11 @@ def run(args, stdout=sys.stdout, stderr=sys.stderr):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["router"]:
+        from pantheon.router.main import main as router_main
+
+        return router_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

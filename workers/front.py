@@ -2,12 +2,14 @@
 
 import os
 import signal
+import sys
 import threading
 import time
 
 from pantheon.serve.http.app import create_app
 from pantheon.serve.metrics import Recorder
 from pantheon.serve.http.admin import admin_enabled
+from workers.fleet_report import start_registrar
 from workers.ring_admin import RingAdmin
 from workers.ring_backend import RingBackend
 
@@ -27,13 +29,21 @@ def front_main(layout, f, sock, config):
     # channel_request_lookahead > 0 makes waitress expose environ["waitress.client_disconnected"].
     server = create_server(app, sockets=[sock], threads=THREADS, channel_request_lookahead=5,
                            ident="pantheon", send_bytes=1, clear_untrusted_proxy_headers=True)
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=_drain, args=(backend,), daemon=True).start())
+    registrar = start_registrar(config, sock, backend, _log) if f == 0 else None
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=_drain, args=(backend, registrar),
+                                                              daemon=True).start())
     server.run()
     return 0
 
 
-def _drain(backend):
-    """Refuse new generations, let running streams finish within the grace period, then exit."""
+def _log(msg):
+    print(f"pantheon-serve: {msg}", file=sys.stderr, flush=True)
+
+
+def _drain(backend, registrar=None):
+    """Leave the router's fleet, refuse new generations, let running streams finish within the grace period, exit."""
+    if registrar is not None:
+        registrar.deregister()
     backend.draining = True
     deadline = time.monotonic() + DRAIN_S
     while backend.active() and time.monotonic() < deadline:

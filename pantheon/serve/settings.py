@@ -71,6 +71,16 @@ class ServeConfig:
     ops: "Operations" = None
     cors_origins: tuple = ()
     reasoning_format: str = "auto"
+    registry: Optional["Registry"] = None  # where to register with a `pantheon router`; None: standalone
+
+
+@dataclass(frozen=True)
+class Registry:
+    """`--registry` and friends: the router this instance registers its models with."""
+
+    url: str                 # the router's base URL, e.g. http://10.0.0.5:8000
+    token: Optional[str]     # the router's shared registry token
+    advertise: str           # host:port the router's proxy reaches this instance at (resolved in the front)
 
 
 # ---- value parsers: (flag, text) -> value, raising UsageError that names the flag and the text
@@ -114,6 +124,24 @@ def parse_id(flag, text):
 def parse_path(flag, text):
     if not text or "\0" in text:
         raise UsageError(f"{flag} {text!r}: expected a file path")
+    return text
+
+
+def parse_url(flag, text):
+    """An http:// URL with a host (the router's base URL; no path beyond '/')."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise UsageError(f"{flag} {text!r}: expected http://HOST:PORT (the router's address)")
+    return text.rstrip("/")
+
+
+def parse_address(flag, text):
+    """HOST:PORT as the router should dial it (IPv6 in brackets)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not _DIGITS.fullmatch(port) or not 0 < int(port) < 65536 or " " in host:
+        raise UsageError(f"{flag} {text!r}: expected HOST:PORT")
     return text
 
 
@@ -268,6 +296,12 @@ FLAGS = (
     Flag("--reasoning-format", "global", "FMT", parse_reasoning_format, "auto",
          "auto or deepseek: <think> text goes to reasoning_content; none: it stays in content"),
     Flag("--models-dir", "global", "DIR", parse_dir, "none", "directory of models that may be loaded"),
+    Flag("--registry", "global", "URL", parse_url, "unset (PANTHEON_REGISTRY_URL)",
+         "register every served model with the `pantheon router` at URL and heartbeat"),
+    Flag("--registry-token", "global", "TOKEN", parse_secret, "unset (PANTHEON_REGISTRY_TOKEN)",
+         "the router's shared registry token"),
+    Flag("--advertise", "global", "HOST:PORT", parse_address, "--host:port",
+         "address the router reaches this instance at"),
     Flag("--vocab", "global", "PATH", None, "unset", "RWKV World vocabulary: not supported yet"),
     Flag("--help", "global", None, None, "", "print this help and exit", aliases=("-h",)),
 )
@@ -398,7 +432,20 @@ def _finish(draft, environ):
         api_keys=tuple(dict.fromkeys(draft.api_keys)), admin_token=opts.get("--admin-token"),
         models_dir=opts.get("--models-dir"), ops=operations_from_env(environ),
         cors_origins=tuple(dict.fromkeys(draft.cors_origins)),
-        reasoning_format=opts.get("--reasoning-format", "auto"))
+        reasoning_format=opts.get("--reasoning-format", "auto"), registry=_registry(opts, environ))
+
+
+def _registry(opts, environ):
+    url = opts.get("--registry")
+    if url is None and environ.get(REGISTRY_URL_ENV, "").strip():
+        url = parse_url(REGISTRY_URL_ENV, environ[REGISTRY_URL_ENV].strip())
+    if url is None:
+        for flag in ("--registry-token", "--advertise"):
+            if flag in opts:
+                raise UsageError(f"{flag} without --registry (or {REGISTRY_URL_ENV})")
+        return None
+    token = opts.get("--registry-token") or registry_token_from_env(environ)
+    return Registry(url, token, opts.get("--advertise", ""))
 
 
 def _demo_path():
@@ -438,6 +485,16 @@ def batch_slots_from_env(environ=os.environ):
     if raw is None or not raw.strip():
         return DEFAULT_BATCH_SLOTS
     return int_in(1, MAX_BATCH_SLOTS)(BATCH_SLOTS_ENV, raw.strip())
+
+
+REGISTRY_URL_ENV = "PANTHEON_REGISTRY_URL"
+REGISTRY_TOKEN_ENV = "PANTHEON_REGISTRY_TOKEN"
+
+
+def registry_token_from_env(environ=os.environ):
+    """PANTHEON_REGISTRY_TOKEN (the router's shared token, read by both sides), or None when unset/empty."""
+    raw = environ.get(REGISTRY_TOKEN_ENV, "").strip()
+    return parse_secret(REGISTRY_TOKEN_ENV, raw) if raw else None
 
 
 def cuda_visible_devices(environ=os.environ):
@@ -494,7 +551,9 @@ def usage_text():
     lines += [_usage_row(f) for f in FLAGS if f.scope == "global"]
     lines += ["", "Environment:",
               f"  {BATCH_SLOTS_ENV}=N  alias of --batch-slots (a number 1..{MAX_BATCH_SLOTS}); the flag wins",
-              "  CUDA_VISIBLE_DEVICES  CUDA die numbers count the devices it leaves visible"]
+              "  CUDA_VISIBLE_DEVICES  CUDA die numbers count the devices it leaves visible",
+              f"  {REGISTRY_URL_ENV}=URL  alias of --registry; the flag wins",
+              f"  {REGISTRY_TOKEN_ENV}=TOKEN  alias of --registry-token (also read by `pantheon router`)"]
     return "\n".join(lines) + "\n"
 
 

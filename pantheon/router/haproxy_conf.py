@@ -1,0 +1,131 @@
+"""haproxy.cfg for the router: one public frontend, the control plane's backend, one backend per model slot.
+
+HAProxy 2.6 adds and removes servers at run time but not backends, so `max_models` model backends
+(m0, m1, ...) are declared up front with no servers; the runtime map `models.map` says which model
+name uses which backend, and the router fills both through the runtime API.
+"""
+
+import json
+import os
+
+SESSION_HEADER = "x-session-id"
+INSTANCE_HEADER = "X-Pantheon-Instance"
+
+
+def error_body(status, message, kind, code):
+    """An OpenAI-style error document as one line (HAProxy sends it verbatim)."""
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}},
+                      separators=(",", ":"))
+
+
+def _return(status, message, kind, code, cond, extra=""):
+    body = error_body(status, message, kind, code)
+    assert "'" not in body, "HAProxy's single-quoted strings cannot hold a quote"
+    return f"    http-request return status {status} content-type application/json string '{body}'{extra} if {cond}"
+
+
+class Paths:
+    """Files of one router run, all inside its state directory."""
+
+    def __init__(self, state_dir):
+        self.dir = state_dir
+        self.config = os.path.join(state_dir, "haproxy.cfg")
+        self.socket = os.path.join(state_dir, "admin.sock")
+        self.models_map = os.path.join(state_dir, "models.map")
+        self.keys = os.path.join(state_dir, "keys.lst")
+
+
+def model_backend(i):
+    return f"m{i}"
+
+
+def render(config, paths):
+    """The whole haproxy.cfg text for `config` (a RouterConfig)."""
+    parts = [_global(config, paths), _defaults(config), _frontend(config, paths), _control(config)]
+    parts += [_model_backend(i) for i in range(config.max_models)]
+    parts.append(_no_model())
+    return "\n".join(parts) + "\n"
+
+
+def write_files(config, paths):
+    """haproxy.cfg, an empty model map and the edge key list (mode 600)."""
+    with open(paths.config, "w") as f:
+        f.write(render(config, paths))
+    open(paths.models_map, "w").close()
+    fd = os.open(paths.keys, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.writelines(f"Bearer {k}\n" for k in config.api_keys)
+
+
+def _global(config, paths):
+    # the buffer must hold the whole body: `model` is read from it before a backend is chosen
+    return "\n".join(["global",
+                      f"    stats socket {paths.socket} mode 600 level admin",
+                      "    stats timeout 30s",
+                      f"    tune.bufsize {config.max_body + 16384}",
+                      "    log stderr format raw local0 warning"])
+
+
+def _defaults(config):
+    t = int(config.stream_timeout_s)
+    return "\n".join(["defaults",
+                      "    mode http",
+                      "    log global",
+                      "    option http-buffer-request",
+                      "    option http-no-delay",
+                      "    timeout connect 2s",
+                      f"    timeout client {t}s",
+                      f"    timeout server {t}s",
+                      "    timeout http-request 30s",
+                      "    timeout http-keep-alive 30s",
+                      "    timeout queue 30s",
+                      "    timeout check 2s",
+                      "    retries 3",
+                      "    retry-on conn-failure empty-response junk-response",
+                      "    option redispatch 1"])
+
+
+def _frontend(config, paths):
+    lines = ["frontend edge",
+             f"    bind {_bind(config.host)}:{config.port}",
+             "    acl control path /v1/models /health",
+             "    acl control path_beg /registry/"]
+    if config.api_keys:
+        lines.append(f"    acl key_ok req.hdr(authorization) -f {paths.keys}")
+        lines.append(_return(401, "missing or unknown API key", "invalid_request_error", "invalid_api_key",
+                             "!key_ok !{ path_beg /registry/ } !{ path /health }",
+                             extra=" hdr WWW-Authenticate Bearer"))
+    lines += [_return(413, f"request body over {config.max_body} bytes", "invalid_request_error",
+                      "body_too_large", f"{{ req.body_size gt {config.max_body} }}"),
+              "    http-request set-var(txn.model) req.body,json_query('$.model') if METH_POST !control",
+              _return(400, "the router needs a JSON body with a string `model`", "invalid_request_error",
+                      "model_required", "METH_POST !control !{ var(txn.model) -m found }"),
+              "    use_backend control if control",
+              f"    use_backend %[var(txn.model),map({paths.models_map})] "
+              f"if {{ var(txn.model),map({paths.models_map}) -m found }}",
+              "    default_backend no_model"]
+    return "\n".join(lines)
+
+
+def _bind(host):
+    return f"[{host}]" if ":" in host else host
+
+
+def _control(config):
+    return "\n".join(["backend control", f"    server control 127.0.0.1:{config.control_port}"])
+
+
+def _model_backend(i):
+    return "\n".join([f"backend {model_backend(i)}",
+                      "    balance leastconn",
+                      "    stick-table type string len 128 size 100k expire 30m",
+                      f"    stick on req.hdr({SESSION_HEADER}) if {{ req.hdr({SESSION_HEADER}) -m found }}",
+                      "    option httpchk GET /health",
+                      "    http-check expect status 200",
+                      f"    http-response set-header {INSTANCE_HEADER} %[srv_name]"])
+
+
+def _no_model():
+    return "\n".join(["backend no_model",
+                      _return(404, "no live instance serves the requested model (or no such route)",
+                              "invalid_request_error", "model_not_found", "TRUE")])

@@ -1,0 +1,76 @@
+"""`pantheon router` flags, the registry settings of pantheon-serve, and the haproxy.cfg they produce."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from pantheon.errors import UsageError
+from pantheon.router.config import RouterConfig, parse_router_args
+from pantheon.router.haproxy_conf import Paths, render, write_files
+from pantheon.serve.settings import parse_serve_args
+
+
+def test_router_flags_and_the_shared_token_env():
+    c = parse_router_args(["--port", "9000", "--api-key", "k1", "--heartbeat", "0.5", "--evict-after", "2"],
+                          environ={"PANTHEON_REGISTRY_TOKEN": "t0k"})
+    assert (c.port, c.api_keys, c.heartbeat_s, c.evict_after_s, c.token) == (9000, ("k1",), 0.5, 2.0, "t0k")
+    assert parse_router_args(["--registry-token", "flag"], environ={"PANTHEON_REGISTRY_TOKEN": "env"}).token == "flag"
+
+
+@pytest.mark.parametrize("argv", [["--heartbeat", "5", "--evict-after", "4"], ["--max-models", "0"],
+                                  ["--port", "70000"], ["--api-key", "has space"], ["--host", "example.com"]])
+def test_bad_router_flags_are_usage_errors(argv):
+    with pytest.raises(UsageError):
+        parse_router_args(argv, environ={})
+
+
+def test_serve_registry_flags_and_env():
+    c = parse_serve_args(["--registry", "http://10.0.0.5:8000/", "--advertise", "10.0.0.7:8080"],
+                         environ={"PANTHEON_REGISTRY_TOKEN": "tok"})
+    assert (c.registry.url, c.registry.token, c.registry.advertise) == ("http://10.0.0.5:8000", "tok", "10.0.0.7:8080")
+    c = parse_serve_args([], environ={"PANTHEON_REGISTRY_URL": "http://r:1"})
+    assert c.registry.url == "http://r:1" and c.registry.token is None
+    assert parse_serve_args([], environ={}).registry is None
+
+
+@pytest.mark.parametrize("argv", [["--registry", "https://r:1"], ["--registry", "http://r:1/path"],
+                                  ["--registry", "r:1"], ["--advertise", "h:1"],
+                                  ["--registry", "http://r:1", "--advertise", "nohost"]])
+def test_bad_serve_registry_flags(argv):
+    with pytest.raises(UsageError):
+        parse_serve_args(argv, environ={})
+
+
+def test_haproxy_accepts_the_generated_config(tmp_path):
+    haproxy = shutil.which("haproxy") or shutil.which("/usr/sbin/haproxy")
+    if haproxy is None:
+        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+    config = RouterConfig(port=18999, control_port=18998, api_keys=("key-1",), max_models=3)
+    paths = Paths(str(tmp_path))
+    write_files(config, paths)
+    check = subprocess.run([haproxy, "-c", "-f", paths.config], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr + check.stdout
+    text = render(config, paths)
+    for needed in ("option http-buffer-request", "json_query('$.model')", "balance leastconn",
+                   "stick on req.hdr(x-session-id)", "option httpchk GET /health", "retry-on conn-failure",
+                   "backend m2", f"-f {paths.keys}"):
+        assert needed in text
+    assert open(paths.keys).read() == "Bearer key-1\n"
+
+
+def test_the_router_imports_no_model_code():
+    """pantheon/router may import the standard library, pantheon.errors and pantheon.serve.settings only."""
+    import ast
+    import pathlib
+    import sys
+
+    allowed = ("pantheon.errors", "pantheon.serve.settings", "pantheon.router")
+    for path in (pathlib.Path(__file__).resolve().parents[3] / "pantheon" / "router").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            for name in names:
+                top = name.split(".")[0]
+                ok = name.startswith(allowed) or (top != "pantheon" and top in sys.stdlib_module_names)
+                assert ok, f"{path.name} imports {name}"
