@@ -3,6 +3,7 @@
 import ctypes
 import ctypes.util
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -26,6 +27,18 @@ class ProxyStartError(PantheonError):
     """HAProxy refused its configuration or never opened its runtime API."""
 
 
+def check_version(binary):
+    """HAProxy 2.6 or later (dynamic servers with health checks, json_query), or ProxyStartError."""
+    try:
+        out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ProxyStartError(f"cannot run {binary!r} ({e}); install HAProxy 2.6+ (Debian: apt-get install haproxy)")
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    if m is None or (int(m[1]), int(m[2])) < (2, 6):
+        found = f"{m[1]}.{m[2]}" if m else "an unknown version"
+        raise ProxyStartError(f"{binary} is {found}; `pantheon router` needs HAProxy 2.6 or later")
+
+
 class ProxyProcess:
     """One haproxy process at a time; `on_restart()` runs (in the watcher thread) after each restart."""
 
@@ -38,6 +51,7 @@ class ProxyProcess:
         self._watcher = None
 
     def start(self):
+        check_version(self.binary)
         check = subprocess.run([self.binary, "-c", "-q", "-f", self.paths.config], capture_output=True, text=True)
         if check.returncode != 0:
             raise ProxyStartError(f"haproxy refused {self.paths.config}:\n{check.stderr or check.stdout}")

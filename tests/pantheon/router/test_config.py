@@ -74,3 +74,15 @@ def test_the_router_imports_no_model_code():
                 top = name.split(".")[0]
                 ok = name.startswith(allowed) or (top != "pantheon" and top in sys.stdlib_module_names)
                 assert ok, f"{path.name} imports {name}"
+
+
+def test_an_old_or_missing_haproxy_is_refused_by_name(tmp_path):
+    from pantheon.router.proxy_process import ProxyStartError, check_version
+
+    old = tmp_path / "haproxy"
+    old.write_text("#!/bin/sh\necho 'HA-Proxy version 2.4.22-0ubuntu0.22.04.1 2023/08/14'\n")
+    old.chmod(0o755)
+    with pytest.raises(ProxyStartError, match="is 2.4; `pantheon router` needs HAProxy 2.6"):
+        check_version(str(old))
+    with pytest.raises(ProxyStartError, match="install HAProxy 2.6"):
+        check_version(str(tmp_path / "absent"))
