@@ -68,10 +68,12 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     args = ap.parse_args()
     router = Router(["--heartbeat", "1", "--evict-after", "5"])
-    model_args = ["--model", args.model] if args.model else []
+    from pantheon.demo import demo_model_path
+
+    model = args.model or str(demo_model_path())
     server = None
     try:
-        server = Server(["--http-workers", "1", *model_args, "--name", "m", "--registry", router.url])
+        server = Server(["--http-workers", "1", "--model", model, "--name", "m", "--registry", router.url])
         router.await_fleet(lambda f: "m" in f["models"])
         paths = {"direct": server.url, "router": router.url}
         measure(paths, 2, 8)  # warm both paths (connections, caches)
