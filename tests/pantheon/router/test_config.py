@@ -86,3 +86,13 @@ def test_an_old_or_missing_haproxy_is_refused_by_name(tmp_path):
         check_version(str(old))
     with pytest.raises(ProxyStartError, match="install HAProxy 2.6"):
         check_version(str(tmp_path / "absent"))
+
+
+def test_importing_the_router_loads_no_engine():
+    import subprocess
+    import sys
+
+    code = ("import sys, pantheon.router.main; print([m for m in sys.modules if m.split('.')[0] in "
+            "('numba', 'numpy', 'workers', 'ipc') or m.startswith(('pantheon.engine', 'pantheon.text'))])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
