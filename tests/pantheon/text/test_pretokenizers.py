@@ -121,3 +121,32 @@ def test_ids_match_llama_cpp_binding(name, tmp_path):
     ref = llama_cpp.Llama(model_path=str(tmp_path / f"{name}.gguf"), vocab_only=True, verbose=False)
     want = ref.tokenize(MIXED.encode(), add_bos=False, special=False)
     assert Tokenizer(meta).encode(MIXED, add_special=False) == want
+
+
+def test_superbpe_thousands_splitter_cuts_where_its_regex_matches():
+    from pantheon.text.pretokenize import THOUSANDS, _WIDE, _regex_split, _thousands
+    import random
+    pattern = _compiled(THOUSANDS)[0]
+    rng = random.Random(1)
+    for _ in range(2000):
+        text = "".join(rng.choice("0123456789a ٣²") for _ in range(rng.randint(1, 30)))
+        bounds = sorted({0, len(text), *rng.sample(range(len(text) + 1), min(3, len(text)))})
+        spans = list(zip(bounds, bounds[1:]))
+        want = [s for s in _regex_split(text.translate(_WIDE), spans, pattern) if s[1] > s[0]]
+        assert [s for s in _thousands(text, spans) if s[1] > s[0]] == want, (text, spans)
+
+
+LONG_RUNS = {"digits": "7" * 20000, "cyrillic": "Я" * 20000, "spaces": " " * 20000 + "x", "punct": "!" * 20000,
+             "marks": "a" + "\u0301" * 20000, "newlines": "\n \n" * 8000, "words": "a a " * 8000,
+             "cases": "aA" * 10000}
+
+
+@pytest.mark.parametrize("text", LONG_RUNS.values(), ids=LONG_RUNS.keys())
+def test_long_runs_split_in_linear_time(text):
+    # A prompt is hostile input: no family may backtrack quadratically on it (SuperBPE's digit
+    # lookahead did, run as a regex).
+    import time
+    for name in LLAMA_CPP_NAMES:
+        start = time.perf_counter()
+        split_words(text, pre_tokenizer(name))
+        assert time.perf_counter() - start < 3, name  # quadratic would take tens of seconds
