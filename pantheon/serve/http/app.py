@@ -7,6 +7,7 @@ from pantheon.serve.http.admin import AdminAuth, add_admin_routes
 from pantheon.serve.http.auth import BearerAuth
 from pantheon.serve.http.completions import ChatCompletions, Completions, Options
 from pantheon.serve.http.cors import Cors
+from pantheon.serve.http.native import ApplyTemplate, Infill, NativeCompletion, Props, Slots
 from pantheon.serve.http.disconnect import DisconnectWatch
 from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
@@ -53,6 +54,11 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
         app.add_route(f"{prefix}/models", Models(backend))
         app.add_route(f"{prefix}/chat/completions", ChatCompletions(backend, options))
         app.add_route(f"{prefix}/completions", Completions(backend, options))
+    app.add_route("/completion", NativeCompletion(backend, options))
+    app.add_route("/infill", Infill(backend, options))
+    app.add_route("/apply-template", ApplyTemplate(backend, options))
+    app.add_route("/props", Props(backend))
+    app.add_route("/slots", Slots(backend))
     app.add_route("/tokenize", Tokenize(backend, body_limit))
     app.add_route("/detokenize", Detokenize(backend, body_limit))
     app.add_route("/health", Health(backend))

@@ -17,19 +17,25 @@ class ChatPlan:
 
 def plan(served, parsed, reasoning_format="auto"):
     """Render the conversation for `served` and make the reply's parser (RequestError on a bad choice)."""
+    text, prefix = prompt_text(served, parsed)
+    tools = parsed.tools if parsed.tools and parsed.tool_choice != "none" else None
+    fmt = served.prompts.tool_format if tools else None
+    thinking = not prefix and text.rstrip().endswith(THINK_OPEN)
+    named = parsed.tool_choice["function"]["name"] if tools and isinstance(parsed.tool_choice, dict) else None
+    output = ChatOutput(fmt, (parsed.reasoning_format or reasoning_format) != "none", thinking,
+                        parsed.parallel_tool_calls, prefix, named)
+    return ChatPlan(served.prompts.encode_chat(text + prefix), output)
+
+
+def prompt_text(served, parsed):
+    """(rendered conversation, forced call opener to append) — also what /apply-template answers."""
     prompts = served.prompts
     tools = parsed.tools if parsed.tools and parsed.tool_choice != "none" else None
     fmt = prompts.tool_format if tools else None
     messages = [dict(m, content=_flat(m.get("content"))) for m in parsed.messages]
     if fmt == tool_formats.GENERIC:
         messages = with_system(messages, tool_formats.generic_instruction(tools, parsed.parallel_tool_calls))
-    text = prompts.render(messages, tools, **parsed.template_kwargs)
-    prefix = _forced_opener(fmt, tools, parsed.tool_choice)
-    thinking = not prefix and text.rstrip().endswith(THINK_OPEN)
-    named = parsed.tool_choice["function"]["name"] if tools and isinstance(parsed.tool_choice, dict) else None
-    output = ChatOutput(fmt, (parsed.reasoning_format or reasoning_format) != "none", thinking,
-                        parsed.parallel_tool_calls, prefix, named)
-    return ChatPlan(prompts.encode_chat(text + prefix), output)
+    return prompts.render(messages, tools, **parsed.template_kwargs), _forced_opener(fmt, tools, parsed.tool_choice)
 
 
 def _forced_opener(fmt, tools, choice):

@@ -24,6 +24,8 @@ class Generation:
         self.finish_reason = None
         self.usage = usage()
         self.tokens = 0
+        self.token_ids = []  # every generated id, for llama-server's return_tokens
+        self.first_at = self.ended_at = None  # perf_counter of the first token and of the end
         self._last = None
 
     def pieces(self):
@@ -69,7 +71,9 @@ class Generation:
             else:
                 self.recorder.itl(self.model, (now - self._last) / len(event.ids), len(event.ids))
         self._last = now
+        self.first_at = self.first_at or now
         self.tokens += len(event.ids)
+        self.token_ids += event.ids
         return self.detok.push_many(event.ids)
 
     def _end_at_stop_string(self):
@@ -91,6 +95,7 @@ class Generation:
         return text
 
     def _account(self, event, completion_tokens):
+        self.ended_at = time.perf_counter()
         self.usage = usage(event.prompt_tokens, completion_tokens, event.cached_tokens)
         if self.recorder is not None:
             self.recorder.tokens(self.model, event.prompt_tokens, completion_tokens, event.cached_tokens)

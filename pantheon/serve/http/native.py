@@ -1,0 +1,280 @@
+"""llama-server's own routes: POST /completion and /infill, GET /props and /slots, POST /apply-template."""
+
+import time
+
+from pantheon import __version__
+from pantheon.serve.http import chat_plan, sse, validate
+from pantheon.serve.http.backend import BackendError
+from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_request, resolve
+from pantheon.serve.http.disconnect import disconnect_check
+from pantheon.serve.http.errors import RequestError, error_body
+from pantheon.serve.http.generation import Generation
+from pantheon.engine.sampler import SamplingParams
+
+FIM = {"prefix": ("<|fim_prefix|>", "<fim_prefix>", "<PRE>", "<|fim_begin|>", "<｜fim▁begin｜>"),
+       "suffix": ("<|fim_suffix|>", "<fim_suffix>", "<SUF>", "<|fim_hole|>", "<｜fim▁hole｜>"),
+       "middle": ("<|fim_middle|>", "<fim_middle>", "<MID>", "<|fim_end|>", "<｜fim▁end｜>")}
+FILE_SEP = ("<|file_sep|>", "<file_sep>")
+
+
+def _bad(name, message, code="unsupported_value"):
+    return RequestError(f"{name}: {message}", param=name, code=code)
+
+
+def n_predict(name, v):
+    """-1 (the default): until the context is full; otherwise at least 1 token."""
+    v = validate.integer(name, v)
+    if v == -1 or v >= 1:
+        return v
+    raise _bad(name, f"expected -1 or a positive count, got {v}", "invalid_value")
+
+
+def native_seed(name, v):
+    """llama-server's -1 means a random seed."""
+    v = validate.integer(name, v)
+    return None if v == -1 else v % 2**64
+
+
+def native_bias(name, v):
+    """{"id": bias} or [[id, bias | false], ...]; false bans the token."""
+    if isinstance(v, dict):
+        return validate.logit_bias(name, v)
+    if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 for p in v):
+        raise _bad(name, "expected {\"id\": bias} or [[id, bias], ...]", "invalid_type")
+    out = {}
+    for tok, bias in v:
+        tok = validate.integer(f"{name}[]", tok)
+        out[tok] = float("-inf") if bias is False else validate.number(f"{name}[{tok}]", bias)
+    return out
+
+
+def zero_only(name, v):
+    if v not in (0, 0.0) or isinstance(v, bool):
+        raise _bad(name, f"{name} is not supported (got {v!r}); omit it or send 0")
+    return v
+
+
+def one_only(name, v):
+    if v != 1 or isinstance(v, bool):
+        raise _bad(name, f"{name} is not supported (got {v!r}); omit it or send 1.0")
+    return v
+
+
+def native_prompt(name, v):
+    if isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool)
+                                                                 for t in v)):
+        return v
+    raise _bad(name, "expected a string or a non-empty list of token ids", "invalid_type")
+
+
+def extra_chunks(name, v):
+    if not isinstance(v, list) or not all(isinstance(c, dict) and isinstance(c.get("text", ""), str)
+                                          and isinstance(c.get("filename", ""), str) for c in v):
+        raise _bad(name, "expected a list of {\"filename\", \"text\"}", "invalid_type")
+    return v
+
+
+SAMPLING = {"temperature": validate.number, "top_k": validate.integer, "top_p": validate.number,
+            "min_p": validate.number, "repeat_penalty": validate.number, "repeat_last_n": validate.integer,
+            "presence_penalty": validate.number, "frequency_penalty": validate.number, "seed": native_seed,
+            "logit_bias": native_bias}
+COMPLETION = dict(SAMPLING, model=validate.string, prompt=native_prompt, n_predict=n_predict,
+                  max_tokens=validate.positive, stop=validate.stop, stream=validate.boolean,
+                  cache_prompt=validate.boolean, ignore_eos=validate.boolean, id_slot=validate.integer,
+                  return_tokens=validate.boolean, timings_per_token=validate.boolean, n_keep=validate.integer,
+                  n_probs=zero_only, typical_p=one_only, mirostat=zero_only, n_indent=zero_only,
+                  dry_multiplier=zero_only, xtc_probability=zero_only, dynatemp_range=zero_only,
+                  post_sampling_probs=validate.false_only, grammar=validate.null_only, json_schema=validate.null_only,
+                  samplers=validate.null_only, lora=validate.null_only)
+INFILL = dict(COMPLETION, input_prefix=validate.string, input_suffix=validate.string, input_extra=extra_chunks)
+APPLY_TEMPLATE = {k: validate.CHAT[k] for k in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls",
+                                                "chat_template_kwargs", "functions", "function_call")}
+
+
+class NativeCompletion:
+    """POST /completion: llama-server's shape (content, stop, stop_type, timings...), streamed without [DONE]."""
+
+    schema, required = COMPLETION, ("prompt",)
+
+    def __init__(self, backend, options):
+        self.backend, self.options = backend, options
+
+    def on_post(self, req, resp):
+        started = time.perf_counter()
+        body = validate.fields(validate.read_json(req, self.options.body_limit), self.schema, self.required)
+        served = resolve(self.backend, body.get("model"))
+        req.context.model = served.name
+        ids = self.prompt_ids(served, body)
+        stream = self.backend.generate(_request(served, body, ids, req.get_header(SESSION_HEADER),
+                                                self.options.default_max_tokens))
+        gen = Generation(stream, served.tokenizer, body.get("stop", ()), disconnect_check(req.env),
+                         self.options.recorder, served.name, started, self.options.watch)
+        reply = _Reply(served, body, ids, gen, started)
+        if body.get("stream", False):
+            resp.content_type = sse.CONTENT_TYPE
+            resp.set_headers(sse.HEADERS)
+            resp.stream = SseBody(reply.events(), gen)
+        else:
+            resp.media = reply.final("".join(gen.pieces()))
+
+    def prompt_ids(self, served, body):
+        prompt = body["prompt"]
+        if isinstance(prompt, str):
+            return served.prompts.raw(prompt)
+        _check_ids("prompt", prompt, served.tokenizer.n_vocab)
+        return prompt
+
+
+class Infill(NativeCompletion):
+    """POST /infill: fill-in-the-middle for models whose vocabulary has FIM tokens."""
+
+    schema, required = INFILL, ()
+
+    def prompt_ids(self, served, body):
+        return fim_prompt(served.tokenizer, served.prompts.raw(""), body.get("input_prefix", ""),
+                          body.get("input_suffix", ""), body.get("input_extra", ()), body.get("prompt", ""))
+
+
+def fim_prompt(tok, bos, prefix, suffix, extra=(), prompt=""):
+    """[BOS] (extra files) PRE prefix SUF suffix MID prompt, in llama.cpp's prefix-suffix-middle order."""
+    marks = {k: next((tok.token_to_id[t] for t in names if t in tok.token_to_id), None) for k, names in FIM.items()}
+    if None in marks.values():
+        raise RequestError("this model's vocabulary has no fill-in-the-middle tokens; /infill needs a code model "
+                           "with FIM tokens", code="not_supported", param="input_prefix")
+    if isinstance(prompt, list):
+        raise _bad("prompt", "/infill takes prompt as text", "invalid_type")
+    sep = next((tok.token_to_id[t] for t in FILE_SEP if t in tok.token_to_id), None)
+    head = list(bos)
+    for chunk in extra:
+        text = f"{chunk.get('filename', '')}\n{chunk.get('text', '')}"
+        head += ([sep] if sep is not None else []) + _plain(tok, text)
+    return (head + [marks["prefix"]] + _plain(tok, prefix) + [marks["suffix"]] + _plain(tok, suffix)
+            + [marks["middle"]] + _plain(tok, prompt))
+
+
+def _plain(tok, text):
+    return tok.encode(text, add_special=False, parse_special=False) if text else []
+
+
+def _check_ids(name, ids, n_vocab):
+    bad = [t for t in ids if not 0 <= t < n_vocab]
+    if bad:
+        raise _bad(name, f"token id {bad[0]} is outside the vocabulary of {n_vocab} tokens", "invalid_value")
+
+
+def _request(served, body, ids, session, default_max_tokens):
+    sampling = {k: body[k] for k in SAMPLING if body.get(k) is not None}
+    if body.get("ignore_eos"):
+        sampling["logit_bias"] = {**sampling.get("logit_bias", {}),
+                                  **{t: float("-inf") for t in served.tokenizer.stop_ids}}
+    wanted = body.get("n_predict", body.get("max_tokens"))  # absent: the server's default_max_tokens
+    parsed = validate.Parsed(max_tokens=served.n_ctx if wanted == -1 else wanted, sampling=sampling)
+    if not ids:
+        raise _bad("prompt", "tokenizes to no tokens at all", "invalid_value")
+    return generation_request(served, parsed, ids, session, default_max_tokens)
+
+
+class _Reply:
+    """llama-server's response objects for one generation."""
+
+    def __init__(self, served, body, ids, gen, started):
+        self.served, self.body, self.ids, self.gen, self.started = served, body, ids, gen, started
+
+    def events(self):
+        try:
+            for text in self.gen.pieces():
+                yield sse.event({"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": -1,
+                                 "tokens_predicted": self.gen.tokens, "tokens_evaluated": len(self.ids)})
+        except BackendError as exc:
+            yield sse.event(error_body(str(exc), exc.type, exc.code))
+            return
+        if self.gen.finish_reason != "abort":
+            yield sse.event(self.final(""))
+
+    def final(self, text):
+        gen, usage = self.gen, self.gen.usage
+        matched = gen.stops.matched
+        stop_type = "word" if matched else {"length": "limit"}.get(gen.finish_reason, "eos")
+        return {"index": 0, "content": text, "tokens": gen.token_ids if self.body.get("return_tokens") else [],
+                "id_slot": -1, "stop": True, "model": self.served.name,
+                "tokens_predicted": usage["completion_tokens"], "tokens_evaluated": usage["prompt_tokens"],
+                "tokens_cached": usage["prompt_tokens_details"]["cached_tokens"],
+                "generation_settings": _settings(self.served, self.body), "prompt": self._prompt_text(),
+                "has_new_line": "\n" in text, "truncated": False, "stop_type": stop_type,
+                "stopping_word": matched or "", "timings": self._timings()}
+
+    def _prompt_text(self):
+        prompt = self.body.get("prompt", "")
+        return prompt if isinstance(prompt, str) else self.served.tokenizer.decode(self.ids, special=True)
+
+    def _timings(self):
+        gen, usage = self.gen, self.gen.usage
+        first = gen.first_at or time.perf_counter()
+        end = gen.ended_at or time.perf_counter()
+        prompt_n = usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"]
+        return dict(_rate("prompt", prompt_n, (first - self.started) * 1000),
+                    **_rate("predicted", usage["completion_tokens"], (end - first) * 1000))
+
+
+def _rate(kind, n, ms):
+    return {f"{kind}_n": n, f"{kind}_ms": ms, f"{kind}_per_token_ms": ms / n if n else 0.0,
+            f"{kind}_per_second": n * 1000.0 / ms if ms > 0 and n else 0.0}
+
+
+def _settings(served, body):
+    defaults = SamplingParams()
+    params = {k: getattr(defaults, k) for k in SAMPLING if k not in ("logit_bias", "seed")}
+    params.update({k: body[k] for k in SAMPLING if k in body and k != "logit_bias"})
+    return {"n_ctx": served.n_ctx, "model": served.name, **params}
+
+
+class Props:
+    """GET /props (?model=NAME when several are served): the model's context, template and specials."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def on_get(self, req, resp):
+        served = resolve(self.backend, req.get_param("model"))
+        info = next((m for m in self.backend.models() if m.name == served.name), None)
+        tok, template = served.tokenizer, served.prompts.template
+        slots = (info.details.get("max_concurrent", 1) * max(1, info.replicas)) if info else 1
+        resp.media = {"default_generation_settings": {"n_ctx": served.n_ctx, "params": _settings(served, {})},
+                      "total_slots": slots, "model_alias": served.name, "model_path": (info.details.get("path", "")
+                                                                                      if info else ""),
+                      "chat_template": template.source, "bos_token": template.bos_token,
+                      "eos_token": template.eos_token, "n_vocab": tok.n_vocab,
+                      "tool_call_format": served.prompts.tool_format,
+                      "modalities": {"vision": False, "audio": False}, "build_info": f"pantheon {__version__}"}
+
+
+class Slots:
+    """GET /slots: one entry per served model and replica (the engine's batch slots are not exposed)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def on_get(self, req, resp):
+        _, health = self.backend.health()
+        states = health.get("models", {})
+        out = []
+        for info in self.backend.models():
+            running = states.get(info.name, {}).get("running", 0)
+            for r in range(max(1, info.replicas)):
+                out.append({"id": len(out), "model": info.name, "replica": r, "n_ctx": info.n_ctx,
+                            "state": info.state, "is_processing": running > 0})
+        resp.media = out
+
+
+class ApplyTemplate:
+    """POST /apply-template: the prompt text the chat template makes of `messages` (nothing generated)."""
+
+    def __init__(self, backend, options):
+        self.backend, self.options = backend, options
+
+    def on_post(self, req, resp):
+        parsed = validate.check(validate.read_json(req, self.options.body_limit), APPLY_TEMPLATE, ("messages",))
+        served = resolve(self.backend, parsed.model)
+        req.context.model = served.name
+        text, prefix = chat_plan.prompt_text(served, parsed)
+        resp.media = {"prompt": text + prefix}

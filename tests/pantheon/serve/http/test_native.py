@@ -1,0 +1,97 @@
+"""llama-server's own routes over HTTP: /completion, /infill, /props, /slots, /apply-template."""
+
+import json
+
+import pytest
+
+from pantheon.serve.http.errors import RequestError
+from pantheon.serve.http.native import fim_prompt
+from tests.conftest import shared_path
+from tests.pantheon.serve.http.server import Served, call, open_models
+
+NO_EOS = [[2, False]]
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    template = shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+    server = Served(open_models(("qwen2",)), chat_templates={"qwen2": template})
+    yield server
+    server.close()
+
+
+def test_completion_answers_in_llama_server_shape_and_matches_v1(qwen):
+    body = {"prompt": "Once upon a time", "n_predict": 6, "temperature": 0, "logit_bias": NO_EOS,
+            "cache_prompt": True, "return_tokens": True}
+    status, _, out = call(qwen.port, "POST", "/completion", body)
+    assert status == 200 and out["stop"] is True and out["stop_type"] == "limit" and out["tokens_predicted"] == 6
+    assert len(out["tokens"]) == 6 and out["tokens_evaluated"] > 3 and out["model"] == "qwen2"
+    t = out["timings"]
+    assert t["predicted_n"] == 6 and t["predicted_ms"] > 0 and t["prompt_ms"] > 0 and t["predicted_per_second"] > 0
+    status, _, v1 = call(qwen.port, "POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6,
+                                                                  "temperature": 0, "logit_bias": {"2": -100}})
+    assert out["content"] == v1["choices"][0]["text"]
+
+
+def test_completion_stream_has_no_done_and_ends_with_the_summary(qwen):
+    body = {"prompt": "Once upon a time", "n_predict": 5, "temperature": 0, "logit_bias": NO_EOS, "stream": True}
+    status, hdrs, text = call(qwen.port, "POST", "/completion", body)
+    events = [json.loads(b[len("data: "):]) for b in text.split("\n\n") if b]
+    assert status == 200 and hdrs["Content-Type"].startswith("text/event-stream")
+    assert [e["stop"] for e in events[:-1]] == [False] * (len(events) - 1) and events[-1]["stop"] is True
+    assert "timings" in events[-1] and events[-1]["tokens_predicted"] == 5
+    whole = call(qwen.port, "POST", "/completion", dict(body, stream=False))[2]["content"]
+    assert "".join(e["content"] for e in events) == whole
+
+
+def test_completion_stop_word_and_ignore_eos(qwen):
+    status, _, out = call(qwen.port, "POST", "/completion", {"prompt": [1, 15, 16], "n_predict": 4, "ignore_eos": True,
+                                                             "temperature": 0})
+    assert status == 200 and out["tokens_predicted"] == 4 and out["stop_type"] == "limit"
+    first = out["content"]
+    if first.strip():
+        word = first.strip()[0]
+        status, _, cut = call(qwen.port, "POST", "/completion", {"prompt": [1, 15, 16], "n_predict": 4,
+                                                                 "ignore_eos": True, "temperature": 0, "stop": [word]})
+        assert cut["stop_type"] == "word" and cut["stopping_word"] == word and word not in cut["content"]
+
+
+@pytest.mark.parametrize("field,value", [("n_probs", 3), ("grammar", "root ::= \"a\""), ("mirostat", 2),
+                                         ("n_predict", 0), ("prompt", {"x": 1}), ("samplers", ["top_k"]),
+                                         ("bogus", 1), ("logit_bias", [[1]])])
+def test_completion_refuses_what_it_does_not_do(qwen, field, value):
+    body = {"prompt": "Hi", "n_predict": 1}
+    status, _, out = call(qwen.port, "POST", "/completion", dict(body, **{field: value}))
+    assert status == 400 and out["error"]["param"].startswith(field)
+
+
+def test_props_slots_and_apply_template(qwen):
+    status, _, props = call(qwen.port, "GET", "/props")
+    assert status == 200 and props["default_generation_settings"]["n_ctx"] == 256
+    assert "<|im_start|>" in props["chat_template"] and props["tool_call_format"] == "hermes"
+    status, _, slots = call(qwen.port, "GET", "/slots")
+    assert status == 200 and slots[0]["model"] == "qwen2" and slots[0]["n_ctx"] == 256
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    status, _, out = call(qwen.port, "POST", "/apply-template", {"messages": msgs})
+    assert status == 200 and out["prompt"] == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_infill_needs_fim_tokens(qwen):
+    status, _, out = call(qwen.port, "POST", "/infill", {"input_prefix": "def f(", "input_suffix": "):\n"})
+    assert status == 400 and out["error"]["code"] == "not_supported"
+
+
+class _FimTok:
+    token_to_id = {"<|fim_prefix|>": 100, "<|fim_suffix|>": 101, "<|fim_middle|>": 102, "<|file_sep|>": 103}
+
+    @staticmethod
+    def encode(text, add_special=False, parse_special=False):
+        return [ord(c) for c in text]
+
+
+def test_fim_prompt_is_prefix_suffix_middle_with_extra_files():
+    ids = fim_prompt(_FimTok, [1], "ab", "c", [{"filename": "x", "text": "y"}], "d")
+    assert ids == [1, 103, ord("x"), 10, ord("y"), 100, ord("a"), ord("b"), 101, ord("c"), 102, ord("d")]
+    with pytest.raises(RequestError):
+        fim_prompt(type("NoFim", (), {"token_to_id": {}}), [], "a", "b")
