@@ -53,6 +53,8 @@ class Job:
     session: int = 0  # 64-bit hash of the session id; 0 = none
     reasoning_budget: int = 0
     think_ids: tuple = (0, 0)
+    grammar: str = ""  # a compiled llguidance grammar the reply must follow; "" = none
+    grammar_replay: int = 0  # trailing prompt tokens already generated under the grammar (a resumed stream)
 
 
 def encode_job(job):
@@ -64,8 +66,13 @@ def encode_job(job):
     route = _ROUTE.pack(job.slot, job.front, job.session, job.reasoning_budget, *job.think_ids,
                         len(job.stop_ids), len(bias))
     extra = b"".join((route, array.array("I", job.stop_ids).tobytes(),
-                      b"".join(_BIAS.pack(int(k), float(v)) for k, v in bias)))
+                      b"".join(_BIAS.pack(int(k), float(v)) for k, v in bias), _grammar_blob(job)))
     return messages.encode_submit(sampling, job.prompt, extra)
+
+
+def _grammar_blob(job):
+    """`replay` newline grammar, after the biases; nothing when there is no grammar."""
+    return f"{job.grammar_replay}\n{job.grammar}".encode() if job.grammar else b""
 
 
 def decode_job(body):
@@ -75,17 +82,31 @@ def decode_job(body):
         raise FrameError(f"SUBMIT routing record of {len(extra)} bytes < {_ROUTE.size}")
     slot, front, session, budget, t_open, t_close, n_stop, n_bias = _ROUTE.unpack_from(extra)
     end_stop = _ROUTE.size + 4 * n_stop
-    if end_stop + _BIAS.size * n_bias != len(extra):
+    end_bias = end_stop + _BIAS.size * n_bias
+    if end_bias > len(extra):
         raise FrameError(f"SUBMIT routing record of {len(extra)} bytes does not hold {n_stop} stops, {n_bias} biases")
     stops = array.array("I", extra[_ROUTE.size:end_stop])
-    bias = {i: b for i, b in _BIAS.iter_unpack(extra[end_stop:])}
+    bias = {i: b for i, b in _BIAS.iter_unpack(extra[end_stop:end_bias])}
+    replay, grammar = _read_grammar(bytes(extra[end_bias:]))
     s = sub.sampling
     params = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
                             repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
                             frequency_penalty=s.frequency_penalty, logit_bias=bias,
                             seed=None if s.flags & FLAG_RANDOM_SEED else s.seed)
     return Job(slot, front, tuple(sub.prompt), s.max_tokens, params, tuple(stops), session, budget,
-               (t_open, t_close))
+               (t_open, t_close), grammar, replay)
+
+
+def _read_grammar(blob):
+    if not blob:
+        return 0, ""
+    head, sep, grammar = blob.partition(b"\n")
+    if not sep or not head.isdigit():
+        raise FrameError("SUBMIT grammar record is malformed")
+    try:
+        return int(head), grammar.decode()
+    except UnicodeDecodeError:
+        raise FrameError("SUBMIT grammar is not UTF-8") from None
 
 
 def encode_done(reason, prompt_tokens, cached_tokens, completion_tokens):

@@ -60,7 +60,7 @@ class RingStream:
         job = self.job
         if self.sent:
             job = dataclasses.replace(job, prompt=job.prompt + tuple(self.sent),
-                                      max_tokens=job.max_tokens - len(self.sent))
+                                      max_tokens=job.max_tokens - len(self.sent), grammar_replay=len(self.sent))
         self.backend.send(Kind.SUBMIT, self.rid, protocol.encode_job(job))
 
     def wait_accepted(self):
@@ -249,7 +249,7 @@ class RingBackend:
         served = self._served_slot(slot, rec)
         budget = req.reasoning_budget or int(rec["reasoning_budget"])
         job = protocol.Job(slot, self.front, tuple(req.prompt), req.max_tokens, req.sampling, tuple(req.stop_ids),
-                           session_hash(req.session), budget, served.think_ids or (0, 0))
+                           session_hash(req.session), budget, served.think_ids or (0, 0), req.grammar or "")
         stream = RingStream(self, job)
         stream.submit()
         stream.wait_accepted()

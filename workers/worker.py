@@ -116,14 +116,15 @@ class DieWorker:
 
         job = protocol.decode_job(bytes(msg.payload))
         engine = self.engines.get(job.slot)
-        req = Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
-                      session=job.session or None, reasoning_budget=job.reasoning_budget,
-                      think_ids=job.think_ids if any(job.think_ids) else ())
         try:
             if engine is None:
                 raise KeyError(f"model slot {job.slot} is not loaded on this die")
+            req = Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
+                          session=job.session or None, reasoning_budget=job.reasoning_budget,
+                          think_ids=job.think_ids if any(job.think_ids) else (),
+                          constraint=_constraint(engine, job))
             engine.add(req)
-        except (PantheonError, KeyError) as e:
+        except (PantheonError, KeyError, ValueError) as e:
             self._fail(msg.request_id, protocol.E_BAD_REQUEST, str(e))
             return
         self.owner[msg.request_id] = job.slot
@@ -176,3 +177,16 @@ def worker_main(layout, die_index, die, slots, ops=None):
     except Exception:
         traceback.print_exc()
         return 1
+
+
+def _constraint(engine, job):
+    """The grammar of a job as the engine's constraint (built here: masks need the die's logits); a
+    resumed stream's already generated tokens are fed to it first."""
+    if not job.grammar:
+        return None
+    from pantheon.text.grammar import Constraint
+
+    constraint = Constraint(engine.model.tokenizer, job.grammar)
+    for tok in job.prompt[len(job.prompt) - job.grammar_replay:] if job.grammar_replay else ():
+        constraint.accept(tok)
+    return constraint

@@ -29,6 +29,9 @@ class Request:
     session: Optional[str] = None
     reasoning_budget: int = 0  # >0: after this many tokens inside <think>, force </think>
     think_ids: tuple = ()  # (open, close) token ids of <think> and </think>
+    # a grammar (pantheon.text.grammar.Constraint, duck-typed): mask(logits) -> logits before each
+    # sample, accept(token) after it, finished once the grammar allows nothing more
+    constraint: object = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -173,14 +176,21 @@ class Engine:
         return events
 
     def _emit(self, seq, logits):
+        grammar = seq.req.constraint
         tok = seq.forced_token()
         if tok is None:
+            if grammar is not None:
+                logits = grammar.mask(logits)  # [n_vocab], -inf where the grammar forbids
             tok = seq.sampler.sample(logits, list(seq.req.prompt) + seq.generated)
         if tok in seq.req.stop_ids:
             return [self._finish(seq, "stop")]
         seq.track(tok)
         seq.generated.append(tok)
         events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1)]
+        if grammar is not None:
+            grammar.accept(tok)
+            if grammar.finished:
+                return events + [self._finish(seq, "stop")]
         if len(seq.generated) >= seq.req.max_tokens or len(seq.cache) + 1 >= self.config.n_ctx:
             events.append(self._finish(seq, "length"))
         return events

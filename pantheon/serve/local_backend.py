@@ -12,6 +12,7 @@ from pantheon.errors import EngineError
 from pantheon.serve.http.backend import (ContextOverBudget, Finished, GenerationFailed, ModelInfo, Overloaded,
                                    ServedModel, Tokens, UnknownModel, Unavailable)
 from pantheon.serve.metrics import Layout, Recorder
+from pantheon.text.grammar import Constraint
 from pantheon.text.prompting import PromptBuilder
 
 _SERVICE_SMOOTHING = 0.2  # weight of the newest service time in the running mean
@@ -81,8 +82,9 @@ class _Runner:
     # ---- called from HTTP threads ---------------------------------------------------------------
 
     def submit(self, req):
+        constraint = Constraint(self.model.tokenizer, req.grammar) if req.grammar else None
         engine_req = Request(next(self._ids), tuple(req.prompt), req.max_tokens, req.sampling,
-                             frozenset(req.stop_ids), req.session)
+                             frozenset(req.stop_ids), req.session, constraint=constraint)
         stream = LocalStream(self, engine_req)
         with self._lock:
             if self.state != "loaded":

@@ -89,6 +89,7 @@ class GenerationRequest:
     stop_ids: frozenset
     session: Optional[str] = None
     reasoning_budget: int = 0
+    grammar: Optional[str] = None  # a compiled llguidance grammar (pantheon.text.grammar.compile_spec)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """A chat request's prompt and reply shape: tools in the template, forced calls, reasoning split."""
 
+import json
 from dataclasses import dataclass
+from typing import Optional
 
 from pantheon.serve.http.errors import RequestError
+from pantheon.text import grammar as grammars
 from pantheon.text import tool_formats
 from pantheon.text.chat_output import THINK_OPEN, ChatOutput
 
@@ -13,6 +16,7 @@ REASONING_FORMATS = ("auto", "deepseek", "none")
 class ChatPlan:
     ids: list  # the prompt's token ids
     output: ChatOutput  # turns the generated text into content, reasoning_content and tool_calls
+    grammar: Optional[str] = None  # compiled grammar the reply must follow (JSON mode, forced call)
 
 
 def plan(served, parsed, reasoning_format="auto"):
@@ -24,7 +28,40 @@ def plan(served, parsed, reasoning_format="auto"):
     named = parsed.tool_choice["function"]["name"] if tools and isinstance(parsed.tool_choice, dict) else None
     output = ChatOutput(fmt, (parsed.reasoning_format or reasoning_format) != "none", thinking,
                         parsed.parallel_tool_calls, prefix, named)
-    return ChatPlan(served.prompts.encode_chat(text + prefix), output)
+    grammar = _call_grammar(fmt, tools, parsed.tool_choice) if prefix else _format_grammar(parsed.response_format)
+    return ChatPlan(served.prompts.encode_chat(text + prefix), output, grammar)
+
+
+def _format_grammar(response_format):
+    """json_object: any JSON object; json_schema: its schema (strict or not, the grammar holds it)."""
+    kind = (response_format or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema") or {"type": "object"}
+    else:
+        schema = response_format["json_schema"].get("schema") or {"type": "object"}
+    return _compiled("response_format", grammars.JSON_SCHEMA, json.dumps(schema))
+
+
+def _call_grammar(fmt, tools, choice):
+    """What follows a forced call's opener: the named tool's arguments, or any tool's name and arguments."""
+    params = {t["function"]["name"]: t["function"].get("parameters") or {"type": "object"} for t in tools}
+    if isinstance(choice, dict):
+        name = choice["function"]["name"]
+        return _compiled("tool_choice", grammars.JSON_SCHEMA, json.dumps(params[name]))
+    mid = {tool_formats.LLAMA3: '", "parameters": ', tool_formats.MISTRAL_NAMED: tool_formats.MISTRAL_ARGS}.get(
+        fmt, '", "arguments": ')
+    name_text = (lambda n: n) if fmt == tool_formats.MISTRAL_NAMED else (lambda n: json.dumps(n)[1:-1])
+    alternatives = [f"{json.dumps(name_text(n) + mid)} {grammars.lark_json(p)}" for n, p in params.items()]
+    return _compiled("tool_choice", grammars.LARK, "start: " + " | ".join(alternatives))
+
+
+def _compiled(field, kind, text):
+    try:
+        return grammars.compile_spec(kind, text)
+    except Exception as exc:
+        raise RequestError(f"{field}: {exc}", param=field, code="invalid_value") from None
 
 
 def prompt_text(served, parsed):

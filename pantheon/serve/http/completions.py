@@ -38,7 +38,7 @@ def resolve(backend, name):
         raise
 
 
-def generation_request(served, parsed, ids, session, default_max_tokens):
+def generation_request(served, parsed, ids, session, default_max_tokens, grammar=None):
     """Budget check and clamp: prompt + 1 must fit n_ctx; max_tokens is cut to the room left."""
     n = len(ids)
     if n + 1 > served.n_ctx:
@@ -49,7 +49,7 @@ def generation_request(served, parsed, ids, session, default_max_tokens):
     sampling = SamplingParams(**parsed.sampling)
     sampling.validate(served.tokenizer.n_vocab)
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
-                             frozenset(served.tokenizer.stop_ids), session)
+                             frozenset(served.tokenizer.stop_ids), session, grammar=grammar)
 
 
 class SseBody:
@@ -101,8 +101,8 @@ class _GenerateResource:
         served = resolve(self.backend, parsed.model)
         req.context.model = served.name
         session = req.get_header(SESSION_HEADER) or parsed.user
-        ids, output = self.prepare(served, parsed)
-        request = generation_request(served, parsed, ids, session, self.options.default_max_tokens)
+        ids, output, grammar = self.prepare(served, parsed)
+        request = generation_request(served, parsed, ids, session, self.options.default_max_tokens, grammar)
         return served, self.backend.generate(request), output
 
     def _events(self, gen, env, output):
@@ -142,14 +142,14 @@ class ChatCompletions(_GenerateResource):
     def prepare(self, served, parsed):
         """Prompt ids and the parser that splits the reply into content, reasoning and tool calls."""
         plan = chat_plan.plan(served, parsed, self.options.reasoning_format)
-        return plan.ids, plan.output
+        return plan.ids, plan.output, plan.grammar
 
 
 class Completions(_GenerateResource):
     schema, required = validate.COMPLETIONS, ("prompt",)
 
     def prepare(self, served, parsed):
-        return self.prompt_ids(served, parsed), None
+        return self.prompt_ids(served, parsed), None, None
 
     def prompt_ids(self, served, parsed):
         if isinstance(parsed.prompt, str):

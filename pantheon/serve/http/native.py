@@ -1,5 +1,6 @@
 """llama-server's own routes: POST /completion and /infill, GET /props and /slots, POST /apply-template."""
 
+import json
 import time
 
 from pantheon import __version__
@@ -10,6 +11,8 @@ from pantheon.serve.http.disconnect import disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
 from pantheon.serve.http.generation import Generation
 from pantheon.engine.sampler import SamplingParams
+from pantheon.errors import InvalidParameter
+from pantheon.text import grammar as grammars
 
 FIM = {"prefix": ("<|fim_prefix|>", "<fim_prefix>", "<PRE>", "<|fim_begin|>", "<｜fim▁begin｜>"),
        "suffix": ("<|fim_suffix|>", "<fim_suffix>", "<SUF>", "<|fim_hole|>", "<｜fim▁hole｜>"),
@@ -74,6 +77,12 @@ def extra_chunks(name, v):
     return v
 
 
+def json_object(name, v):
+    if not isinstance(v, dict):
+        raise _bad(name, "expected a JSON schema object", "invalid_type")
+    return v
+
+
 SAMPLING = {"temperature": validate.number, "top_k": validate.integer, "top_p": validate.number,
             "min_p": validate.number, "repeat_penalty": validate.number, "repeat_last_n": validate.integer,
             "presence_penalty": validate.number, "frequency_penalty": validate.number, "seed": native_seed,
@@ -84,7 +93,7 @@ COMPLETION = dict(SAMPLING, model=validate.string, prompt=native_prompt, n_predi
                   return_tokens=validate.boolean, timings_per_token=validate.boolean, n_keep=validate.integer,
                   n_probs=zero_only, typical_p=one_only, mirostat=zero_only, n_indent=zero_only,
                   dry_multiplier=zero_only, xtc_probability=zero_only, dynatemp_range=zero_only,
-                  post_sampling_probs=validate.false_only, grammar=validate.null_only, json_schema=validate.null_only,
+                  post_sampling_probs=validate.false_only, grammar=validate.string, json_schema=json_object,
                   samplers=validate.null_only, lora=validate.null_only)
 INFILL = dict(COMPLETION, input_prefix=validate.string, input_suffix=validate.string, input_extra=extra_chunks)
 APPLY_TEMPLATE = {k: validate.CHAT[k] for k in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls",
@@ -171,7 +180,22 @@ def _request(served, body, ids, session, default_max_tokens):
     parsed = validate.Parsed(max_tokens=served.n_ctx if wanted == -1 else wanted, sampling=sampling)
     if not ids:
         raise _bad("prompt", "tokenizes to no tokens at all", "invalid_value")
-    return generation_request(served, parsed, ids, session, default_max_tokens)
+    return generation_request(served, parsed, ids, session, default_max_tokens, _grammar(body))
+
+
+def _grammar(body):
+    """llama-server's `grammar` (GBNF) or `json_schema`, compiled; a 400 naming the field if it is bad."""
+    if body.get("grammar") and body.get("json_schema") is not None:
+        raise _bad("grammar", "give grammar or json_schema, not both", "invalid_value")
+    field = "grammar" if body.get("grammar") else "json_schema"
+    try:
+        if body.get("grammar"):
+            return grammars.compile_spec(grammars.GBNF, body["grammar"])
+        if body.get("json_schema") is not None:
+            return grammars.compile_spec(grammars.JSON_SCHEMA, json.dumps(body["json_schema"]))
+    except InvalidParameter as exc:
+        raise _bad(field, str(exc), "invalid_value") from None
+    return None
 
 
 class _Reply:

@@ -32,6 +32,7 @@ class Parsed:
     parallel_tool_calls: bool = True
     reasoning_format: Optional[str] = None  # None: the server's --reasoning-format
     template_kwargs: dict = field(default_factory=dict)
+    response_format: Optional[dict] = None
 
 
 def _bad(name, message, code="invalid_type"):
@@ -120,8 +121,15 @@ def null_only(name, v):
 
 
 def response_format(name, v):
-    if v != {"type": "text"}:
-        raise _bad(name, f"only {{\"type\": \"text\"}} is supported, got {json.dumps(v)}", "unsupported_value")
+    """{"type": "text"}, {"type": "json_object"}, or {"type": "json_schema", "json_schema": {"schema", ...}}."""
+    kind = v.get("type") if isinstance(v, dict) else None
+    if kind in ("text", "json_object") and set(v) <= {"type", "schema"}:
+        return v
+    spec = v.get("json_schema") if kind == "json_schema" else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+        raise _bad(name, "expected {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
+                   f"\"json_schema\", \"json_schema\": {{\"name\", \"schema\"}}}}, got {json.dumps(v)}",
+                   "invalid_value")
     return v
 
 
@@ -328,7 +336,8 @@ def _parsed(values):
                   tool_choice=values.get("tool_choice", values.get("function_call", "auto")),
                   parallel_tool_calls=values.get("parallel_tool_calls", True),
                   reasoning_format=values.get("reasoning_format"),
-                  template_kwargs=values.get("chat_template_kwargs", {}))
+                  template_kwargs=values.get("chat_template_kwargs", {}),
+                  response_format=values.get("response_format"))
 
 
 def read_json(req, limit):

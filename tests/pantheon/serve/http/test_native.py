@@ -1,6 +1,7 @@
 """llama-server's own routes over HTTP: /completion, /infill, /props, /slots, /apply-template."""
 
 import json
+import re
 
 import pytest
 
@@ -56,13 +57,27 @@ def test_completion_stop_word_and_ignore_eos(qwen):
         assert cut["stop_type"] == "word" and cut["stopping_word"] == word and word not in cut["content"]
 
 
-@pytest.mark.parametrize("field,value", [("n_probs", 3), ("grammar", "root ::= \"a\""), ("mirostat", 2),
+@pytest.mark.parametrize("field,value", [("n_probs", 3), ("grammar", "root ::= ("), ("json_schema", {"type": "frobnicate"}), ("mirostat", 2),
                                          ("n_predict", 0), ("prompt", {"x": 1}), ("samplers", ["top_k"]),
                                          ("bogus", 1), ("logit_bias", [[1]])])
 def test_completion_refuses_what_it_does_not_do(qwen, field, value):
     body = {"prompt": "Hi", "n_predict": 1}
     status, _, out = call(qwen.port, "POST", "/completion", dict(body, **{field: value}))
     assert status == 400 and out["error"]["param"].startswith(field)
+
+
+def test_completion_follows_a_gbnf_grammar_and_a_json_schema(qwen):
+    gbnf = 'root ::= ("yes" | "no") ", " [0-9] [0-9]? "."'
+    for seed in range(3):
+        status, _, out = call(qwen.port, "POST", "/completion", {"prompt": "Answer:", "grammar": gbnf, "seed": seed,
+                                                                 "temperature": 1.5, "n_predict": 20})
+        assert status == 200 and out["stop_type"] == "eos", out
+        assert re.fullmatch(r"(yes|no), [0-9][0-9]?\.", out["content"]), out["content"]
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}, "required": ["n"],
+              "additionalProperties": False}
+    status, _, out = call(qwen.port, "POST", "/completion", {"prompt": "JSON:", "json_schema": schema, "seed": 1,
+                                                             "temperature": 1.0, "n_predict": 30})
+    assert status == 200 and json.loads(out["content"])["n"] <= 9
 
 
 def test_props_slots_and_apply_template(qwen):

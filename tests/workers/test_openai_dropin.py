@@ -1,0 +1,115 @@
+"""Acceptance: the official openai client (sync, async, streaming) against a real pantheon-serve:
+a tool-calling loop on a model given a tool-capable template, and json_schema answers that validate."""
+
+import asyncio
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from tests.conftest import shared_path
+from tests.workers.serving import Server
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string", "maxLength": 6}}, "required": ["zone"],
+    "additionalProperties": False}}}
+TOOLS = [WEATHER, TIME]
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 10},
+                                           "confidence": {"type": "integer", "minimum": 0, "maximum": 100},
+                                           "sure": {"type": "boolean"}},
+          "required": ["answer", "confidence", "sure"], "additionalProperties": False}
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def server():
+    qwen = str(shared_path("golden", "qwen2-q8_0.gguf"))
+    template = str(shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja"))
+    srv = Server(["--model", qwen, "--name", "qwen2", "--chat-template-file", template, "--ctx-cap", "1024",
+                  "--model", "pantheon/demo/pantheon-demo.gguf", "--name", "demo", "--http-workers", "1"])
+    yield srv
+    srv.stop()
+
+
+def tool_result(call):
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, PARAMS[call.function.name])
+    return {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"ok": True, "echo": args})}
+
+
+def assistant_turn(message):
+    return {"role": "assistant", "content": message.content,
+            "tool_calls": [{"id": c.id, "type": "function",
+                            "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                           for c in message.tool_calls]}
+
+
+def test_sync_tool_loop(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    messages = list(USER)
+    for seed in (1, 2):
+        out = client.chat.completions.create(model="qwen2", messages=messages, tools=TOOLS, tool_choice="required",
+                                             max_tokens=80, temperature=1.0, seed=seed)
+        choice = out.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+        messages += [assistant_turn(choice.message)] + [tool_result(c) for c in choice.message.tool_calls]
+    final = client.chat.completions.create(model="qwen2", messages=messages, tools=TOOLS, tool_choice="none",
+                                           max_tokens=8)
+    assert final.choices[0].message.tool_calls is None and final.usage.prompt_tokens > 100
+
+
+def test_async_tool_loop_with_a_named_function(server):
+    async def loop():
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+        choice = {"type": "function", "function": {"name": "get_time"}}
+        out = await client.chat.completions.create(model="qwen2", messages=USER, tools=TOOLS, tool_choice=choice,
+                                                   max_tokens=60, temperature=1.0, seed=7)
+        message = out.choices[0].message
+        assert [c.function.name for c in message.tool_calls] == ["get_time"]
+        messages = USER + [assistant_turn(message), tool_result(message.tool_calls[0])]
+        again = await client.chat.completions.create(model="qwen2", messages=messages, tools=TOOLS, max_tokens=4)
+        await client.close()
+        return again
+
+    assert asyncio.run(loop()).choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_streamed_tool_call_assembles_to_valid_arguments(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    stream = client.chat.completions.create(model="qwen2", messages=USER, tools=TOOLS, tool_choice="required",
+                                            max_tokens=80, temperature=1.0, seed=11, stream=True)
+    calls, finish = {}, None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        finish = chunk.choices[0].finish_reason or finish
+        for c in chunk.choices[0].delta.tool_calls or ():
+            entry = calls.setdefault(c.index, {"id": c.id, "name": "", "arguments": ""})
+            entry["name"] += c.function.name or ""
+            entry["arguments"] += c.function.arguments or ""
+    assert finish == "tool_calls" and calls
+    for entry in calls.values():
+        jsonschema.validate(json.loads(entry["arguments"]), PARAMS[entry["name"]])
+
+
+@pytest.mark.parametrize("model", ["qwen2", "demo"])
+def test_every_json_schema_answer_validates(server, model):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}}
+    for seed in range(4):
+        out = client.chat.completions.create(model=model, messages=USER, response_format=fmt, max_tokens=120,
+                                             temperature=1.0, seed=seed)
+        assert out.choices[0].finish_reason == "stop"
+        jsonschema.validate(json.loads(out.choices[0].message.content), SCHEMA)
+    text = ""
+    for chunk in client.chat.completions.create(model=model, messages=USER, response_format=fmt, max_tokens=120,
+                                                temperature=1.0, seed=9, stream=True):
+        text += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+    jsonschema.validate(json.loads(text), SCHEMA)
