@@ -208,9 +208,11 @@ class Tokenizer:
     def encode_exact(self, text):
         """Ids whose bytes are exactly `text`: no BOS/EOS, no SPM space prefix, control-token text
         taken literally (what a grammar engine needs to tokenize its forced text)."""
-        if self.model == "llama":
-            return list(self._spm.encode(escape_whitespace(text))) if text else []
-        return [t for frag in self._partitioner.partition(text, False) for t in self._bpe.encode(frag)]
+        if not text:
+            return []
+        if self.vocab_type == "SPM":
+            return list(self._encoder.encode(escape_whitespace(text)))
+        return [t for frag in self._partitioner.partition(text, False) for t in self._encoder.encode(frag)]
 
     def _encode_spm(self, fragments, out):
         prev_special = True  # the first fragment gets the leading space too
