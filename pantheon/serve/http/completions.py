@@ -77,6 +77,7 @@ class _GenerateResource:
         started = time.perf_counter()
         parsed = validate.check(validate.read_json(req, self.options.body_limit), self.schema, self.required)
         served, stream, output = self._start(req, parsed)
+        echo = self.echo_text(served, parsed)
         replica = getattr(stream, "replica", None)
         if replica:
             resp.set_header("X-Pantheon-Replica", replica)  # which die runs it: for operators and tests
@@ -86,9 +87,9 @@ class _GenerateResource:
         if parsed.stream:
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)
-            resp.stream = SseBody(self._events(gen, env, output), gen)
+            resp.stream = SseBody(self._events(gen, env, output, echo), gen)
         else:
-            text = "".join(gen.pieces())
+            text = echo + "".join(gen.pieces())
             if output is None:
                 resp.media = env.body(text, gen.finish_reason, gen.usage)
             else:
@@ -105,10 +106,15 @@ class _GenerateResource:
         request = generation_request(served, parsed, ids, session, self.options.default_max_tokens, grammar)
         return served, self.backend.generate(request), output
 
-    def _events(self, gen, env, output):
+    def echo_text(self, served, parsed):
+        return ""
+
+    def _events(self, gen, env, output, echo=""):
         try:
             if self.chat:
                 yield sse.event(env.chunk("", role="assistant"))
+            if echo:
+                yield sse.event(env.chunk(echo))
             for text in gen.pieces():
                 if output is None:
                     yield sse.event(env.chunk(text))
@@ -150,6 +156,14 @@ class Completions(_GenerateResource):
 
     def prepare(self, served, parsed):
         return self.prompt_ids(served, parsed), None, None
+
+    def echo_text(self, served, parsed):
+        """With echo, the prompt as text: as sent, or its token ids decoded."""
+        if not parsed.echo:
+            return ""
+        if isinstance(parsed.prompt, str):
+            return parsed.prompt
+        return served.tokenizer.decode(parsed.prompt)
 
     def prompt_ids(self, served, parsed):
         if isinstance(parsed.prompt, str):

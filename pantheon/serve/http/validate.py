@@ -33,6 +33,7 @@ class Parsed:
     reasoning_format: Optional[str] = None  # None: the server's --reasoning-format
     template_kwargs: dict = field(default_factory=dict)
     response_format: Optional[dict] = None
+    echo: bool = False  # completions: the prompt's text leads the answer
 
 
 def _bad(name, message, code="invalid_type"):
@@ -299,7 +300,7 @@ CHAT = dict(COMMON, **CHAT_LENIENT, messages=messages, max_completion_tokens=pos
             tool_choice=tool_choice, response_format=response_format, reasoning_format=reasoning_format,
             chat_template_kwargs=template_kwargs, logprobs=false_only,
             top_logprobs=null_only)
-COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=false_only, echo=false_only, best_of=n_choices,
+COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=false_only, echo=boolean, best_of=n_choices,
                    suffix=null_only)
 TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
             "with_pieces": boolean}
@@ -337,7 +338,7 @@ def _parsed(values):
                   parallel_tool_calls=values.get("parallel_tool_calls", True),
                   reasoning_format=values.get("reasoning_format"),
                   template_kwargs=values.get("chat_template_kwargs", {}),
-                  response_format=values.get("response_format"))
+                  response_format=values.get("response_format"), echo=values.get("echo", False))
 
 
 def read_json(req, limit):

@@ -57,7 +57,7 @@ def test_nested_message_errors_name_their_path(served):
 
 def test_completion_prompt_token_ids_are_range_checked(served):
     error_of(served, "/v1/completions", {"model": "qwen2", "prompt": [1, 99999]}, 400, param="prompt")
-    error_of(served, "/v1/completions", {"model": "qwen2", "prompt": "x", "echo": True}, 400, param="echo")
+    error_of(served, "/v1/completions", {"model": "qwen2", "prompt": "x", "echo": "yes"}, 400, param="echo")
 
 
 def test_logit_bias_outside_the_vocabulary_is_400(served):

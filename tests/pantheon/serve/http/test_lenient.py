@@ -1,5 +1,7 @@
 """What OpenAI clients and browsers send beyond the core fields: ignored fields, bare routes, CORS."""
 
+import json
+
 import openai
 import pytest
 
@@ -86,3 +88,13 @@ def test_allowed_origin_sees_answers_and_errors_and_the_key_still_counts(browser
     assert status == 200 and hdrs["Access-Control-Allow-Origin"] == "https://app.example"
     status, hdrs, _ = call(browser.port, "GET", "/health", headers={"Origin": "https://evil.example"})
     assert status == 200 and "Access-Control-Allow-Origin" not in hdrs
+
+
+def test_echo_leads_the_answer_with_the_prompt_streamed_or_not(served):
+    body = {"model": "llama", "prompt": "Once upon", "max_tokens": 3, "temperature": 0, "logit_bias": {"2": -100}}
+    plain = call(served.port, "POST", "/v1/completions", body)[2]["choices"][0]["text"]
+    echoed = call(served.port, "POST", "/v1/completions", dict(body, echo=True))[2]["choices"][0]["text"]
+    assert echoed == "Once upon" + plain
+    status, _, text = call(served.port, "POST", "/v1/completions", dict(body, echo=True, stream=True))
+    pieces = [json.loads(b[6:])["choices"][0]["text"] for b in text.split("\n\n") if b and b != "data: [DONE]"]
+    assert status == 200 and pieces[0] == "Once upon" and "".join(pieces) == echoed
