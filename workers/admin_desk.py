@@ -155,7 +155,7 @@ class AdminDesk:
     def _emptied(self, u, aborted):
         tables = self.sup.layout.tables
         model = self.sup.describe_slot(u.slot)
-        tables.write_slot(u.slot, state=SLOT_EMPTY, name="", path="", dies=0, reason="")
+        tables.write_slot(u.slot, state=SLOT_EMPTY, name="", path="", dies=0, reason="", split="")
         self.sup.book.remove(u.slot)
         self.unloads.remove(u)
         self._post_reply(u.front, u.rid, {"model": {**model, "state": "unloaded"}, "aborted": aborted})

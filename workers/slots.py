@@ -7,6 +7,18 @@ from workers.tables import (DIE_FAILED, DIE_UP, MAX_SLOTS, SLOT_EMPTY, SLOT_FAIL
                             SLOT_UNLOADING, text)
 
 
+def placement(names, index):
+    """(die mask, split text) of one --model's dies: several CUDA dies split its layers (one worker, the
+    first die, drives them all), several CPU dies are replicas."""
+    if len(names) > 1 and all(n.startswith("cuda") for n in names):
+        return 1 << index[names[0]], "+".join(names)
+    return sum(1 << index[n] for n in names), ""
+
+
+def _join(a, b):
+    return ",".join(t for t in (a, b) if t)
+
+
 class SlotBook:
     """Built from the ServeConfig: `--model` entries sharing a `--name` become one slot with several dies."""
 
@@ -14,18 +26,19 @@ class SlotBook:
         index = {d.name: i for i, d in enumerate(die_list)}
         self.config, self.slots, self.die_list = config, [], die_list
         for spec in config.models:
-            self._add(spec, [index[n] for n in (spec.dies or ("cpu0",))])
+            self._add(spec, *placement(spec.dies or ("cpu0",), index))
         if len(self.slots) > MAX_SLOTS:
             raise UsageError(f"{len(self.slots)} models exceed the {MAX_SLOTS} slots")
 
-    def _add(self, spec, dies):
+    def _add(self, spec, mask, split):
         for s in self.slots:
             if s["name"] == spec.name:
                 if s["path"] != spec.path:
                     raise UsageError(f"--name {spec.name!r} names two different files: {s['path']} and {spec.path}")
-                s["dies"] |= sum(1 << d for d in dies)
+                s["dies"] |= mask
+                s["split"] = _join(s["split"], split)
                 return
-        self.slots.append(dict(name=spec.name, path=spec.path, config=spec.config, dies=sum(1 << d for d in dies),
+        self.slots.append(dict(name=spec.name, path=spec.path, config=spec.config, dies=mask, split=split,
                                ctx_cap=spec.ctx_cap, batch_slots=min(self.config.batch_slots, spec.max_concurrent),
                                max_sessions=spec.max_sessions, max_concurrent=spec.max_concurrent,
                                reasoning_budget=spec.reasoning_budget, quantize=int(self.config.quantize)))
@@ -37,7 +50,8 @@ class SlotBook:
             raise UsageError(f"all {MAX_SLOTS} model slots are in use")
         i = free[0] if free else len(self.slots)
         index = {d.name: n for n, d in enumerate(self.die_list)}
-        record = dict(name=spec.name, path=spec.path, config=spec.config, dies=sum(1 << index[n] for n in spec.dies),
+        mask, split = placement(spec.dies, index)
+        record = dict(name=spec.name, path=spec.path, config=spec.config, dies=mask, split=split,
                       ctx_cap=spec.ctx_cap, batch_slots=batch_slots, max_sessions=spec.max_sessions,
                       max_concurrent=spec.max_concurrent, reasoning_budget=0, quantize=int(self.config.quantize))
         if i == len(self.slots):

@@ -316,6 +316,7 @@ class Supervisor:
         rec = self.layout.tables.read_slot(i)
         return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]),
                 "dies": [self.die_list[d].name for d in range(len(self.die_list)) if int(rec["dies"]) >> d & 1],
+                "split": [g.split("+") for g in text(rec["split"]).split(",") if g],
                 "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
                 "in_flight": self.dispatcher.slot_in_flight(i), "ctx": int(rec["ctx_cap"])}
 
@@ -345,6 +346,7 @@ class Supervisor:
         seen = []
         for s in self.book.slots:
             names = [self.die_list[d].name for d in range(len(self.die_list)) if s["dies"] >> d & 1]
+            names = s["split"].split(",")[0].split("+") if s["split"] else names  # a split's share per GPU
             v = self.fit_verdict(s["path"], names, s["ctx_cap"] or 4096, s["batch_slots"], s["max_sessions"],
                                  shared=seen, config=s["config"] or None)
             if v.kind in ("DOES-NOT-FIT", "REFUSED"):

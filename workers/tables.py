@@ -21,6 +21,7 @@ SLOT_DTYPE = np.dtype([
     ("version", "<u8"), ("state", "u1"), ("name", "S64"), ("path", "S1024"), ("config", "S1024"), ("reason", "S256"),
     ("dies", "<u8"), ("ctx_cap", "<u4"), ("batch_slots", "<u4"), ("max_sessions", "<u4"),
     ("max_concurrent", "<u4"), ("reasoning_budget", "<u4"), ("quantize", "u1"), ("created", "<u8"),
+    ("split", "S128"),  # CUDA layer-split groups: 'cuda0+cuda1[,cuda2+cuda3]'; the first die of a group runs it
 ])
 
 # worker-written: heartbeat .. rss; supervisor-written: pid .. restarts.

@@ -44,12 +44,14 @@ class DieWorker:
         for i in slots:
             rec = self.layout.tables.read_slot(i)
             try:
-                if self.die.kind != "cpu":
-                    raise UnsupportedDevice(f"die {self.die.name}: Pantheon has no GPU engine yet; GPU dies are "
-                                            "discovered and supervised, but models run only on CPU dies")
-                model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]),
-                                   config=text(rec["config"]) or None)
-                n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
+                if self.die.kind == "cuda":
+                    model, n_ctx = self._open_cuda(rec)
+                elif self.die.kind != "cpu":
+                    raise UnsupportedDevice(f"die {self.die.name}: no engine runs on {self.die.kind!r} dies")
+                else:
+                    model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]),
+                                       config=text(rec["config"]) or None)
+                    n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
                 cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
                                    max_sessions=int(rec["max_sessions"]))
                 self.engines[i] = Engine(model, cfg)
@@ -57,6 +59,17 @@ class DieWorker:
             except Exception as e:  # a model that cannot load must not take the die's other models down
                 self.rec["failed"] |= 1 << i
                 self._status(i, f"failed: {type(e).__name__}: {e}")
+
+    def _open_cuda(self, rec):
+        """The GPU engine (CUDA is first imported here, in the die's own process); its load log to stderr."""
+        from pantheon.engine.cuda.loader import load_report, open_for_die
+
+        model, n_ctx = open_for_die(text(rec["path"]), text(rec["config"]) or None, self.die.name, self.die.index,
+                                    text(rec["split"]), lambda train: context_size(int(rec["ctx_cap"]), train),
+                                    int(rec["batch_slots"]), int(rec["max_sessions"]))
+        for line in load_report(model):
+            print(f"pantheon-worker {self.die.name}: {line}", file=sys.stderr, flush=True)
+        return model, n_ctx
 
     def _status(self, slot, message):
         self.to_sup.send(Kind.STATUS, slot, 0, message.encode()[:400], timeout=1.0)
@@ -106,7 +119,9 @@ class DieWorker:
             self._fail(rid, protocol.E_UNAVAILABLE, "5|the model was unloaded")
             self.owner.pop(rid)
             self.rec["in_flight"] -= 1
-        self.engines.pop(slot, None)
+        engine = self.engines.pop(slot, None)
+        if engine is not None and hasattr(engine.model, "close"):
+            engine.model.close()  # a GPU model hands its device memory back to the driver now
         self.rec["loaded"] = int(self.rec["loaded"]) & ~(1 << slot)
         self.rec["failed"] = int(self.rec["failed"]) & ~(1 << slot)
 

@@ -117,10 +117,20 @@ def estimate(path, dies=("cpu0",), ctx=4096, slots=4, shared_files=(), sessions=
     host = dict(weights=(0 if shared or not cpu else mapped) + private * cpu, kv_slots=die.kv_slots * cpu,
                 kv_sessions=die.kv_sessions * cpu, compute=die.compute * cpu, runtime=die.runtime * len(names))
     file_weights = sum(t.n_bytes for t in gguf.tensors.values())
-    vram = {n: file_weights + die.kv_slots + die.kv_sessions + die.compute for n in names if n.startswith("cuda")}
+    vram = _vram(gguf, cfg, n_ctx, slots, sessions, [n for n in names if n.startswith("cuda")])
     return Estimate(path=os.fspath(path), arch=cfg.arch, name=cfg.name, dies=names, ctx=n_ctx, slots=slots,
                     sessions=sessions, kv_per_token=per_token, file_weights=file_weights,
                     headroom=_headroom(sum(host.values())), vram=MappingProxyType(vram), **host)
+
+
+def _vram(gguf, cfg, n_ctx, slots, sessions, cuda):
+    """Bytes on each CUDA die: several CUDA dies of one --model split its layers, so each holds a share."""
+    if not cuda:
+        return {}
+    from pantheon.engine.cuda.sizing import gpu_vram
+
+    per_die = gpu_vram(gguf.tensors, cfg, n_ctx, slots, sessions, len(cuda))
+    return {n: per_die for n in cuda}
 
 
 @dataclass(frozen=True)

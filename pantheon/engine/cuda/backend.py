@@ -1,0 +1,148 @@
+"""The CUDA stack of one device: CuPy arrays, cuBLAS and streams on a GPU; numpy under numba's CUDA simulator.
+
+Everything that computes is a numba @cuda.jit kernel of this package; this shim only allocates,
+copies, and runs the one product it does not write itself (fp16 x fp16 with fp32 accumulation:
+cuBLAS through CuPy on a GPU, numpy in the simulator, both rounding the result to fp16).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pantheon.errors import UnsupportedDevice
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Launch shapes: lanes per weight row and rows per block (matrix-vector), threads per block elsewhere."""
+
+    lanes: int
+    rows: int
+    threads: int
+    max_grid: int
+
+    def grid(self, items, per_block):
+        return max(1, min(self.max_grid, -(-items // per_block)))
+
+
+GPU_GEOMETRY = Geometry(lanes=32, rows=4, threads=256, max_grid=1 << 16)
+# The simulator runs every CUDA thread as a Python thread: one thread, grid-strided, is fastest there.
+SIM_GEOMETRY = Geometry(lanes=1, rows=1, threads=1, max_grid=1)
+
+
+def simulated():
+    """Whether numba runs CUDA kernels in its simulator (NUMBA_ENABLE_CUDASIM=1 before numba's import)."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+class Backend:
+    """One device: allocation, host/device copies, the fp16 product, kernel launches on its stream."""
+
+    def __init__(self, ordinal, xp, cuda, stream=None, geometry=None):
+        self.ordinal, self.xp, self.cuda = ordinal, xp, cuda
+        self.stream = stream
+        self.sim = xp is np
+        self.geometry = geometry or (SIM_GEOMETRY if self.sim else GPU_GEOMETRY)
+        self._nb_stream = cuda.external_stream(stream.ptr) if stream is not None else 0
+
+    def activate(self):
+        """Make this device current for CuPy allocations (no-op in the simulator)."""
+        if not self.sim:
+            self.xp.cuda.Device(self.ordinal).use()
+            self.cuda.select_device(self.ordinal)
+
+    def launch(self, kernel, grid, block):
+        return kernel[grid, block, self._nb_stream] if not self.sim else kernel[grid, block]
+
+    def upload(self, host):
+        """A device copy of the numpy array `host`."""
+        if self.sim:
+            return np.array(host, copy=True)
+        self.activate()
+        with self.stream:
+            return self.xp.asarray(host)
+
+    def to_host(self, arr):
+        if self.sim:
+            return np.asarray(arr)
+        host = self.xp.asnumpy(arr, stream=self.stream)
+        self.stream.synchronize()
+        return host
+
+    def take(self, arr):
+        """`arr` from another device of this process, copied onto this one."""
+        if self.sim:
+            return arr
+        self.activate()
+        with self.stream:
+            return self.xp.asarray(arr)
+
+    def empty(self, shape, dtype=np.float32):
+        if self.sim:
+            return np.empty(shape, dtype)
+        with self.stream:
+            return self.xp.empty(shape, dtype)
+
+    def zeros(self, shape, dtype=np.float32):
+        if self.sim:
+            return np.zeros(shape, dtype)
+        with self.stream:
+            return self.xp.zeros(shape, dtype)
+
+    def matmul_t(self, a16, b16, out):
+        """out float32 [n, m] = fp16(a16 [n, k] @ b16 [m, k].T), accumulated in fp32."""
+        if self.sim:
+            out[...] = (a16.astype(np.float32) @ b16.astype(np.float32).T).astype(np.float16)  # [n, m]
+        else:
+            with self.stream:
+                out[...] = self.xp.matmul(a16, b16.T)  # [n, m] cuBLAS, fp16 in and out, fp32 compute
+
+    def half(self, x):
+        """fp16 copy of float32 x (the activations of the tile path)."""
+        if self.sim:
+            return x.astype(np.float16)  # [...]
+        with self.stream:
+            return x.astype(self.xp.float16)  # [...]
+
+    def synchronize(self):
+        if not self.sim:
+            self.stream.synchronize()
+
+    def memory(self):
+        """(free, total) bytes of the device, or None in the simulator."""
+        if self.sim:
+            return None
+        return self.xp.cuda.runtime.memGetInfo()
+
+    def release(self):
+        """Return cached blocks of CuPy's pool to the driver (after the model's arrays are dropped)."""
+        if not self.sim:
+            self.synchronize()
+            self.xp.get_default_memory_pool().free_all_blocks()
+
+
+def open_backend(ordinal):
+    """The backend of CUDA ordinal `ordinal` (relative to CUDA_VISIBLE_DEVICES); UnsupportedDevice
+    naming what is missing when the CUDA stack (numba-cuda, CuPy, driver, device) is not usable."""
+    try:
+        from numba import config, cuda
+    except ImportError as e:
+        raise UnsupportedDevice(f"cuda{ordinal}: numba is not installed ({e})") from None
+    if config.ENABLE_CUDASIM:
+        from pantheon.engine.cuda import simfast
+
+        simfast.install()
+        return Backend(ordinal, np, cuda)
+    try:
+        import cupy
+    except ImportError as e:
+        raise UnsupportedDevice(f"cuda{ordinal}: CuPy is not installed ({e}); install pantheon[gpu]") from None
+    try:
+        config.CUDA_ARRAY_INTERFACE_SYNC = False  # ordering comes from launching on one stream
+        cupy.cuda.Device(ordinal).use()
+        cuda.select_device(ordinal)
+        return Backend(ordinal, cupy, cuda, stream=cupy.cuda.Stream(non_blocking=True))
+    except Exception as e:  # driver missing, ordinal out of range, no kernel image: the die is refused
+        raise UnsupportedDevice(f"cuda{ordinal}: the CUDA stack cannot use this device: {type(e).__name__}: {e}") from None

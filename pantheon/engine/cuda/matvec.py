@@ -1,0 +1,109 @@
+"""Kernels that read raw weight blocks: matrix-vector products (decode), tile dequantization (prefill), embeddings.
+
+Geometry of the matrix-vector kernels: a thread block of (lanes, rows) threads; the `lanes` threads
+of one row stride over its 32-value units (adjacent lanes read adjacent blocks, so a warp's loads
+coalesce), dequantize a unit into registers once and dot it with every activation vector, then
+reduce across lanes in shared memory. `lanes` is a power of two up to 32; blockDim.x * blockDim.y
+is at most MAX_THREADS. Row loops step by whole thread blocks, so every thread reaches every barrier.
+"""
+
+import numpy as np
+from numba import cuda
+
+from pantheon.engine.cuda.blocks import unit
+from pantheon.engine.cuda.qtypes import UNIT
+
+MAX_BATCH = 8     # activation vectors per matrix-vector call (larger batches take the tile path)
+MAX_THREADS = 256
+
+
+@cuda.jit(device=True, inline=True)
+def _lane_reduce(part, tid, lane, lanes, n):
+    """Sum part[tid, :n] over the `lanes` threads of this row into part[tid - lane, :n]; all threads call it."""
+    s = lanes // 2
+    while s > 0:
+        cuda.syncthreads()
+        if lane < s:
+            for i in range(n):
+                part[tid, i] += part[tid + s, i]
+        s //= 2
+    cuda.syncthreads()
+
+
+@cuda.jit
+def qmv(raw, qtype, x, out, c0):
+    """out[i, c0 + r] = dot(dequant(raw[0, r]), x[i]) for raw uint8 [1, rows, row_bytes], x float32 [n <= 8, cols]."""
+    lane, lanes = cuda.threadIdx.x, cuda.blockDim.x
+    tid = cuda.threadIdx.y * lanes + lane
+    part = cuda.shared.array((MAX_THREADS, MAX_BATCH), np.float32)  # [threads, batch]
+    w = cuda.local.array(UNIT, np.float32)  # [32] one dequantized unit
+    rows, n, units = raw.shape[1], x.shape[0], x.shape[1] // UNIT
+    for r0 in range(cuda.blockIdx.x * cuda.blockDim.y, rows, cuda.gridDim.x * cuda.blockDim.y):
+        r = r0 + cuda.threadIdx.y
+        for i in range(n):
+            part[tid, i] = 0.0
+        if r < rows:
+            for u in range(lane, units, lanes):
+                unit(raw, 0, r, u, qtype, w)
+                for i in range(n):
+                    acc = np.float32(0.0)
+                    for l in range(UNIT):
+                        acc += w[l] * x[i, u * UNIT + l]
+                    part[tid, i] += acc
+        if lanes > 1:
+            _lane_reduce(part, tid, lane, lanes, n)
+        if r < rows and lane == 0:
+            for i in range(n):
+                out[i, c0 + r] = part[tid, i]
+
+
+@cuda.jit
+def qmv_sel(raw, qtype, sel, xdiv, x, out, c0):
+    """out[m, c0 + r] = dot(dequant(raw[sel[m], r]), x[m // xdiv]): one expert per (token, slot) pair m.
+
+    raw uint8 [experts, rows, row_bytes], sel int32 [M], x float32 [M / xdiv, cols], out float32 [M, >= c0 + rows]."""
+    lane, lanes = cuda.threadIdx.x, cuda.blockDim.x
+    tid = cuda.threadIdx.y * lanes + lane
+    part = cuda.shared.array((MAX_THREADS, 1), np.float32)  # [threads, 1]
+    w = cuda.local.array(UNIT, np.float32)  # [32]
+    m_count, rows, units = out.shape[0], raw.shape[1], x.shape[1] // UNIT
+    per_m = (rows + cuda.blockDim.y - 1) // cuda.blockDim.y
+    for t0 in range(cuda.blockIdx.x, m_count * per_m, cuda.gridDim.x):
+        m, r = t0 // per_m, (t0 % per_m) * cuda.blockDim.y + cuda.threadIdx.y
+        part[tid, 0] = 0.0
+        if r < rows:
+            e, xi = sel[m], m // xdiv
+            for u in range(lane, units, lanes):
+                unit(raw, e, r, u, qtype, w)
+                acc = np.float32(0.0)
+                for l in range(UNIT):
+                    acc += w[l] * x[xi, u * UNIT + l]
+                part[tid, 0] += acc
+        if lanes > 1:
+            _lane_reduce(part, tid, lane, lanes, 1)
+        if r < rows and lane == 0:
+            out[m, c0 + r] = part[tid, 0]
+
+
+@cuda.jit
+def dequant_tile(raw, qtype, r0, out):
+    """out float16 [n, cols] = dequant(raw[0, r0:r0+n]): one 32-value unit per thread, grid-strided."""
+    n, units = out.shape[0], out.shape[1] // UNIT
+    w = cuda.local.array(UNIT, np.float32)  # [32]
+    for t in range(cuda.grid(1), n * units, cuda.gridsize(1)):
+        r, u = t // units, t % units
+        unit(raw, 0, r0 + r, u, qtype, w)
+        for l in range(UNIT):
+            out[r, u * UNIT + l] = w[l]
+
+
+@cuda.jit
+def embed(raw, qtype, ids, out):
+    """out float32 [n, cols] = dequant(raw[0, ids[i]]) for token ids int32 [n]."""
+    n, units = out.shape[0], out.shape[1] // UNIT
+    w = cuda.local.array(UNIT, np.float32)  # [32]
+    for t in range(cuda.grid(1), n * units, cuda.gridsize(1)):
+        i, u = t // units, t % units
+        unit(raw, 0, ids[i], u, qtype, w)
+        for l in range(UNIT):
+            out[i, u * UNIT + l] = w[l]

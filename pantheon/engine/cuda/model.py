@@ -1,0 +1,148 @@
+"""The GPU model: the CPU Model's contract (config, tokenizer, new_cache, forward, logits) over device stages.
+
+Layers are split into contiguous ranges, one Stage per device (a single device holds them all);
+the hidden state hops once per stage boundary. Token embeddings live with the first stage, the
+output norm and head with the last. Logits come back to the host as float32.
+"""
+
+import numpy as np
+
+from pantheon.engine.cuda.backend import open_backend
+from pantheon.engine.cuda.kvpool import DeviceCache, SlotPool, pool_bytes
+from pantheon.engine.cuda.stage import Stage
+from pantheon.engine.cuda.upload import Uploader
+from pantheon.gguf.config import config_from_metadata
+from pantheon.gguf.file import open_gguf
+from pantheon.engine.model_weights import bind_weights
+
+
+def split_layers(n_layer, shares):
+    """Contiguous layer ranges [(first, last)] in proportion to `shares` (e.g. free bytes per device),
+    every range non-empty while there are layers enough."""
+    total = float(sum(shares))
+    bounds, acc = [0], 0.0
+    for s in shares[:-1]:
+        acc += s
+        bounds.append(int(round(n_layer * acc / total)))
+    bounds.append(n_layer)
+    for i in range(1, len(bounds) - 1):  # at least one layer per stage
+        bounds[i] = min(max(bounds[i], bounds[i - 1] + 1), n_layer - (len(bounds) - 1 - i))
+    return [(bounds[i], bounds[i + 1]) for i in range(len(shares))]
+
+
+class GpuModel:
+    """A model whose weights and KV cache live on one or more CUDA devices."""
+
+    def __init__(self, gguf, config, weights, backends, shares=None):
+        self.gguf, self.config = gguf, config
+        ranges = split_layers(config.n_layer, shares or [1] * len(backends))
+        self.stages = [Stage(b, config, weights, a, z) for b, (a, z) in zip(backends, ranges)]
+        first, last = self.stages[0].backend, self.stages[-1].backend
+        self.embd = Uploader(first).matrix(weights.token_embd)
+        head_up = Uploader(last)
+        self.output = self.embd if weights.output is weights.token_embd and first is last \
+            else head_up.matrix(weights.output)
+        self.output_norm = head_up.vector(weights.output_norm)
+        self.load_log = [line for s in self.stages for line in s.log] + head_up.log
+        self.pool = None
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from pantheon.text.tokenizer import Tokenizer
+
+            self._tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
+        return self._tokenizer
+
+    @property
+    def layer_ranges(self):
+        return [(s.first, s.first + len(s.blocks)) for s in self.stages]
+
+    def allocate(self, n_ctx, slots):
+        """The KV pool (`slots` sequences of `n_ctx` tokens) and tile scratch on every stage, once."""
+        self.pool = SlotPool(slots, n_ctx)
+        for i, s in enumerate(self.stages):
+            s.allocate(slots, n_ctx, [self.output] if i == len(self.stages) - 1 else [])
+
+    def kv_bytes(self):
+        return 0 if self.pool is None else pool_bytes(self.config, self.pool.n, self.pool.n_ctx)
+
+    def new_cache(self, n_ctx=None):
+        """A sequence's slot in the pool (n_ctx defaults to the pool's context)."""
+        if self.pool is None:
+            self.allocate(n_ctx or self.config.n_ctx_train, 4)
+        return DeviceCache(self.pool, n_ctx or self.pool.n_ctx)
+
+    def logits(self, tokens):
+        """float32 [len(tokens), n_vocab]: logits at every position of `tokens`, in one pass."""
+        cache = self.new_cache(max(len(tokens), 1) if self.pool is None else None)
+        return self.forward([(cache, tokens)], all_logits=True)[0]
+
+    def forward(self, segments, all_logits=False):
+        """Extend each (cache, new token ids) segment; per segment float32 [len(ids), n_vocab] if all_logits,
+        else [1, n_vocab] (its last position)."""
+        segs = [(c, np.asarray(t, dtype=np.int32)) for c, t in segments]
+        for cache, toks in segs:
+            cache.reserve(len(toks))
+        ids = np.concatenate([t for _, t in segs])  # [N]
+        pos = np.concatenate([np.arange(len(c), len(c) + len(t), dtype=np.int32) for c, t in segs])  # [N]
+        slot = np.concatenate([np.full(len(t), c.slot, np.int32) for c, t in segs])  # [N]
+        ends = np.cumsum([len(t) for _, t in segs])  # [segments]
+        rows = np.arange(len(ids)) if all_logits else ends - 1  # [rows]
+        out = self._run(ids, pos, slot, rows.astype(np.int32))  # [rows, n_vocab]
+        for cache, toks in segs:
+            cache.tokens.extend(int(t) for t in toks)
+        if not all_logits:
+            return [out[i:i + 1] for i in range(len(segs))]
+        return np.split(out, ends[:-1])
+
+    def _run(self, ids, pos, slot, rows):
+        first = self.stages[0]
+        x = first.backend.empty((len(ids), self.config.dim))  # [N, dim]
+        first.ops.embed(self.embd, first.backend.upload(ids), x)
+        prev = None
+        for s in self.stages:
+            if prev is not None:
+                prev.backend.synchronize()
+                x = s.backend.take(x)  # [N, dim] the one hop per stage boundary
+            s.forward(x, s.backend.upload(slot), s.backend.upload(pos))
+            prev = s
+        return self._head(prev, x, rows)
+
+    def _head(self, last, x, rows):
+        b = last.backend
+        sel = x[b.upload(rows)] if len(rows) != len(x) else x  # [rows, dim]
+        h = b.empty(sel.shape)  # [rows, dim]
+        last.ops.rms_norm(sel, self.output_norm, self.config.norm_eps, self.config.dim, h)
+        return b.to_host(last.matmul([self.output], h))  # [rows, n_vocab]
+
+    def device_bytes(self):
+        """Bytes this model holds per device ordinal: weights, KV pool and scratch."""
+        out = {}
+        for s in self.stages:
+            n = s.weight_bytes + (0 if s.kcache is None else 2 * int(s.kcache.nbytes))
+            n += 0 if s.scratch is None else int(s.scratch.nbytes)
+            out[s.backend.ordinal] = out.get(s.backend.ordinal, 0) + n
+        o0, o1 = self.stages[0].backend.ordinal, self.stages[-1].backend.ordinal
+        out[o0] += self.embd.nbytes
+        if self.output is not self.embd:
+            out[o1] += self.output.nbytes
+        return out
+
+    def close(self):
+        """Drop every device array and return the pools' memory to the driver (unload)."""
+        for s in self.stages:
+            s.release()
+        self.embd = self.output = self.output_norm = None
+        for s in self.stages:
+            s.backend.release()
+
+
+def open_gpu_model(path, ordinals, shares=None):
+    """Open a GGUF model onto CUDA `ordinals` (one stage each): typed errors on a bad file, UnsupportedDevice
+    when the CUDA stack is missing."""
+    backends = [open_backend(o) for o in ordinals]
+    gguf = open_gguf(path)
+    config = config_from_metadata(gguf.metadata)
+    return GpuModel(gguf, config, bind_weights(gguf.tensors, config), backends, shares)

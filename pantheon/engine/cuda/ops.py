@@ -1,0 +1,93 @@
+"""Launches of this package's kernels with the backend's geometry: the operations the GPU model is built from."""
+
+import math
+
+import numpy as np
+
+from pantheon.engine.cuda import layers, matvec
+from pantheon.engine.cuda.qtypes import TILE_BYTES, UNIT
+
+
+class Ops:
+    """Kernel launches on one backend. Arrays are the backend's (CuPy on a GPU, numpy in the simulator)."""
+
+    def __init__(self, backend):
+        self.b = backend
+        self.g = backend.geometry
+
+    def _items(self, kernel, n):
+        g = self.g
+        return self.b.launch(kernel, g.grid(n, g.threads), g.threads)
+
+    def _blocks(self, kernel, n, threads):
+        return self.b.launch(kernel, self.g.grid(n, 1), threads)
+
+    def matvec(self, mat, x, out, c0=0):
+        """out[:, c0:c0+rows] float32 = x [n <= 8, cols] @ dequant(mat).T, straight from the raw blocks."""
+        g = self.g
+        self.b.launch(matvec.qmv, g.grid(mat.rows, g.rows), (g.lanes, g.rows))(mat.raw, mat.qtype, x, out, c0)
+
+    def matvec_sel(self, mat, sel, xdiv, x, out, c0=0):
+        """out[:, c0:c0+rows]: row m is x[m // xdiv] times expert sel[m] of `mat` (mixture of experts)."""
+        g = self.g
+        work = out.shape[0] * -(-mat.rows // g.rows)
+        self.b.launch(matvec.qmv_sel, g.grid(work, 1), (g.lanes, g.rows))(mat.raw, mat.qtype, sel, xdiv, x, out, c0)
+
+    def tile_matmul(self, mat, x16, out, scratch, c0=0):
+        """out[:, c0:c0+rows] float32 = x16 [n, cols] @ dequant(mat).T through fp16 tiles and the backend's GEMM."""
+        step = scratch.shape[0]
+        for r0 in range(0, mat.rows, step):
+            r1 = min(mat.rows, r0 + step)
+            tile = scratch[: r1 - r0]  # [r1-r0, cols] fp16
+            self._items(matvec.dequant_tile, (r1 - r0) * (mat.cols // UNIT))(mat.raw, mat.qtype, r0, tile)
+            self.b.matmul_t(x16, tile, out[:, c0 + r0:c0 + r1])
+
+    def scratch_for(self, mats):
+        """An fp16 tile buffer large enough for any of `mats` (one per model stage, reused by every layer)."""
+        cols = max(m.cols for m in mats)
+        rows = max(1, min(max(m.rows for m in mats), TILE_BYTES // (2 * cols)))
+        return self.b.empty((rows, cols), np.float16)  # [tile_rows, max_cols]
+
+    def embed(self, mat, ids, out):
+        self._items(matvec.embed, out.shape[0] * (out.shape[1] // UNIT))(mat.raw, mat.qtype, ids, out)
+
+    def rms_norm(self, x, weight, eps, group, out, c0=0, width=None):
+        """Columns [c0, c0+width) of x (all by default) normalised in groups of `group` into out."""
+        width = x.shape[1] if width is None else width
+        threads = min(self.g.threads, _pow2_at_most(group))
+        self._blocks(layers.rms_norm, x.shape[0] * (width // group), threads)(x, c0, width, weight,
+                                                                               np.float32(eps), group, out)
+
+    def rope(self, x, c0, heads, head_dim, n_rot, neox, pos, inv_freq):
+        work = x.shape[0] * heads * (n_rot // 2)
+        self._items(layers.rope, work)(x, c0, heads, head_dim, n_rot, neox, pos, inv_freq)
+
+    def add_bias(self, x, bias):
+        self._items(layers.add_bias, x.size)(x, bias)
+
+    def add(self, x, y):
+        self._items(layers.add, x.size)(x, y)
+
+    def silu_mul(self, gu, out):
+        self._items(layers.silu_mul, out.size)(gu, out)
+
+    def kv_write(self, qkv, c0, kcache, vcache, layer, slot, pos):
+        work = qkv.shape[0] * kcache.shape[2] * kcache.shape[4]
+        self._items(layers.kv_write, work)(qkv, c0, kcache, vcache, layer, slot, pos)
+
+    def attention(self, q, heads, kcache, vcache, layer, slot, pos, out):
+        hd = kcache.shape[4]
+        threads = min(self.g.threads, layers.ATTN_THREADS)
+        scale = np.float32(1.0 / math.sqrt(hd))
+        self._blocks(layers.attention, q.shape[0] * heads, threads)(q, heads, kcache, vcache, layer, slot, pos,
+                                                                     scale, out)
+
+    def route_topk(self, logits, ids, weights):
+        self._items(layers.route_topk, logits.shape[0])(logits, ids, weights)
+
+    def moe_combine(self, x, y, weights):
+        self._items(layers.moe_combine, x.size)(x, y, weights)
+
+
+def _pow2_at_most(n):
+    return 1 << (max(1, n).bit_length() - 1)

@@ -1,0 +1,104 @@
+"""A contiguous range of transformer layers on one device: their weights, KV pool and forward pass."""
+
+import numpy as np
+
+from pantheon.engine.cuda.kvpool import stage_arrays
+from pantheon.engine.cuda.matvec import MAX_BATCH
+from pantheon.engine.cuda.ops import Ops
+from pantheon.engine.cuda.upload import Uploader, block_matrices
+
+
+class Stage:
+    """Layers [first, first + len(blocks)) of one model on `backend`."""
+
+    def __init__(self, backend, cfg, weights, first, last):
+        self.backend, self.cfg, self.first = backend, cfg, first
+        self.ops = Ops(backend)
+        backend.activate()
+        up = Uploader(backend)
+        self.blocks = [up.block(weights.blocks[i]) for i in range(first, last)]
+        self.log = up.log
+        inv_freq = cfg.rope_base ** (-np.arange(0, cfg.n_rot, 2, dtype=np.float64) / cfg.n_rot)  # [n_rot/2]
+        self.inv_freq = backend.upload(inv_freq)
+        self.kcache = self.vcache = self.scratch = None
+        self.mats = [m for b in self.blocks for m in block_matrices(b)]
+
+    @property
+    def weight_bytes(self):
+        return sum(m.nbytes for m in self.mats)
+
+    def allocate(self, slots, n_ctx, extra_mats=()):
+        """The stage's KV pool and tile scratch: allocated once, before serving."""
+        self.kcache, self.vcache = stage_arrays(self.backend, len(self.blocks), slots, n_ctx, self.cfg)
+        mats = self.mats + list(extra_mats)
+        self.scratch = self.ops.scratch_for(mats) if mats else None
+
+    def release(self):
+        self.blocks, self.mats = [], []
+        self.kcache = self.vcache = self.scratch = self.inv_freq = None
+
+    def matmul(self, mats, h, h16=None):
+        """float32 [n, Σ rows] = h [n, cols] times each of `mats`, their outputs side by side."""
+        n = h.shape[0]
+        out = self.backend.empty((n, sum(m.rows for m in mats)))  # [n, Σ rows]
+        c0 = 0
+        for m in mats:
+            if n <= MAX_BATCH:
+                self.ops.matvec(m, h, out, c0)
+            else:
+                h16 = self.backend.half(h) if h16 is None else h16  # [n, cols] fp16, shared by the group
+                self.ops.tile_matmul(m, h16, out, self.scratch, c0)
+            c0 += m.rows
+        return out
+
+    def forward(self, x, slot, pos):
+        """Run the stage's layers over x float32 [n, dim] in place; slot, pos int32 [n] on this device."""
+        h = self.backend.empty(x.shape)  # [n, dim]
+        for li, blk in enumerate(self.blocks):
+            self.ops.rms_norm(x, blk.attn_norm, self.cfg.norm_eps, self.cfg.dim, h)
+            self.ops.add(x, self.matmul([blk.wo], self._attention(li, blk, h, slot, pos)))
+            self.ops.rms_norm(x, blk.ffn_norm, self.cfg.norm_eps, self.cfg.dim, h)
+            if blk.router is not None:
+                self._moe(blk, h, x)
+            else:
+                self.ops.add(x, self._ffn(blk, h))
+        return x
+
+    def _attention(self, li, blk, h, slot, pos):
+        c, ops = self.cfg, self.ops
+        qd, kd = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
+        qkv = self.matmul(blk.qkv, h)  # [n, qd + 2kd]
+        if blk.bqkv is not None:
+            ops.add_bias(qkv, blk.bqkv)
+        if blk.q_norm is not None:  # per-head norms of q (columns [0, qd)) and k ([qd, qd+kd))
+            ops.rms_norm(qkv, blk.q_norm, c.norm_eps, c.head_dim, qkv, 0, qd)
+            ops.rms_norm(qkv, blk.k_norm, c.norm_eps, c.head_dim, qkv, qd, kd)
+        ops.rope(qkv, 0, c.n_head, c.head_dim, c.n_rot, c.neox_rope, pos, self.inv_freq)
+        ops.rope(qkv, qd, c.n_head_kv, c.head_dim, c.n_rot, c.neox_rope, pos, self.inv_freq)
+        ops.kv_write(qkv, qd, self.kcache, self.vcache, li, slot, pos)
+        out = self.backend.empty((len(qkv), qd))  # [n, H*hd]
+        ops.attention(qkv, c.n_head, self.kcache, self.vcache, li, slot, pos, out)
+        return out
+
+    def _ffn(self, blk, h):
+        gu = self.matmul(blk.gate_up, h)  # [n, 2ff]
+        act = self.backend.empty((len(h), gu.shape[1] // 2))  # [n, ff]
+        self.ops.silu_mul(gu, act)
+        return self.matmul([blk.down], act)  # [n, dim]
+
+    def _moe(self, blk, h, x):
+        """x += Σ over each row's top-k experts of weight * expert FFN(h), routed on the device."""
+        n, k, b = len(h), self.cfg.n_expert_used, self.backend
+        logits = self.matmul([blk.router], h)  # [n, E]
+        ids, weights = b.empty((n, k), np.int32), b.empty((n, k))  # [n, k] each
+        self.ops.route_topk(logits, ids, weights)
+        sel = ids.reshape(n * k)  # [n*k] expert of each (token, slot) pair
+        ff = blk.gate_exps.rows
+        gu = b.empty((n * k, 2 * ff))  # [n*k, 2ff]
+        self.ops.matvec_sel(blk.gate_exps, sel, k, h, gu, 0)
+        self.ops.matvec_sel(blk.up_exps, sel, k, h, gu, ff)
+        act = b.empty((n * k, ff))  # [n*k, ff]
+        self.ops.silu_mul(gu, act)
+        y = b.empty((n * k, self.cfg.dim))  # [n*k, dim]
+        self.ops.matvec_sel(blk.down_exps, sel, 1, act, y)
+        self.ops.moe_combine(x, y, weights)
