@@ -3,7 +3,12 @@
 import os
 import pathlib
 
-import pytest
+# The GPU engine's kernels run in numba's CUDA simulator unless a run asks for the real device
+# (benchmarks/gpu_check.sh sets 0). It must be set before numba is first imported, here or in a
+# server the tests start (they inherit the environment).
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+import pytest  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("PANTHEON_SHARED", ROOT.parent / "shared"))

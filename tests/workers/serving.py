@@ -19,8 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 class Server:
     """A pantheon-serve process; `url` once it listens; `stop()` sends SIGTERM and waits."""
 
-    def __init__(self, args, ready_timeout=120.0, env=None):
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "bin" / "pantheon-serve"), "--port", "0", *args],
+    def __init__(self, args, ready_timeout=120.0, env=None, program=None):
+        program = program or [str(ROOT / "bin" / "pantheon-serve")]
+        self.proc = subprocess.Popen([sys.executable, *program, "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})}, start_new_session=True)
         self.lines = []
