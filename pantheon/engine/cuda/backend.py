@@ -46,6 +46,7 @@ class Backend:
         self.sim = xp is np
         self.geometry = geometry or (SIM_GEOMETRY if self.sim else GPU_GEOMETRY)
         self._nb_stream = cuda.external_stream(stream.ptr) if stream is not None else 0
+        self.launches = 0
 
     def activate(self):
         """Make this device current for CuPy allocations (no-op in the simulator)."""
@@ -54,6 +55,7 @@ class Backend:
             self.cuda.select_device(self.ordinal)
 
     def launch(self, kernel, grid, block):
+        self.launches += 1  # counted so a benchmark can state launches per decode step
         return kernel[grid, block, self._nb_stream] if not self.sim else kernel[grid, block]
 
     def upload(self, host):

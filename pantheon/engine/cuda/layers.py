@@ -36,15 +36,15 @@ def rms_norm(x, c0, width, weight, eps, group, out):
     buf = cuda.shared.array(MAX_THREADS, np.float32)  # [threads]
     groups = width // group
     for b in range(cuda.blockIdx.x, x.shape[0] * groups, cuda.gridDim.x):
-        i, c0 = b // groups, c0 + (b % groups) * group
+        i, g0 = b // groups, c0 + (b % groups) * group
         ss = np.float32(0.0)
         for j in range(t, group, nt):
-            ss += x[i, c0 + j] * x[i, c0 + j]
+            ss += x[i, g0 + j] * x[i, g0 + j]
         buf[t] = ss
         _block_sum(buf, t, nt)
         inv = np.float32(1.0) / math.sqrt(buf[0] / np.float32(group) + eps)
         for j in range(t, group, nt):
-            out[i, c0 + j] = x[i, c0 + j] * inv * weight[j]
+            out[i, g0 + j] = x[i, g0 + j] * inv * weight[j]
         cuda.syncthreads()  # buf[0] is read by all before the next row overwrites it
 
 

@@ -27,7 +27,7 @@ def open_for_die(path, die_name, ordinal, split, n_ctx_of, batch, sessions):
     shares = None if any(f is None for f in free) else [f[0] for f in free]
     gguf = open_gguf(path)
     config = config_from_metadata(gguf.metadata)
-    model = GpuModel(gguf, config, bind_weights(gguf.tensors, config), backends, shares)
+    model = GpuModel.upload(gguf, config, bind_weights(gguf.tensors, config), backends, shares)
     n_ctx = n_ctx_of(config.n_ctx_train)
     model.allocate(n_ctx, kv_slots(batch, sessions))
     return model, n_ctx

@@ -9,7 +9,7 @@ import numpy as np
 
 from pantheon.engine.cuda.backend import open_backend
 from pantheon.engine.cuda.kvpool import DeviceCache, SlotPool, pool_bytes
-from pantheon.engine.cuda.stage import Stage
+from pantheon.engine.cuda.stage import upload_stage
 from pantheon.engine.cuda.upload import Uploader
 from pantheon.gguf.config import config_from_metadata
 from pantheon.gguf.file import open_gguf
@@ -33,19 +33,23 @@ def split_layers(n_layer, shares):
 class GpuModel:
     """A model whose weights and KV cache live on one or more CUDA devices."""
 
-    def __init__(self, gguf, config, weights, backends, shares=None):
-        self.gguf, self.config = gguf, config
-        ranges = split_layers(config.n_layer, shares or [1] * len(backends))
-        self.stages = [Stage(b, config, weights, a, z) for b, (a, z) in zip(backends, ranges)]
-        first, last = self.stages[0].backend, self.stages[-1].backend
-        self.embd = Uploader(first).matrix(weights.token_embd)
-        head_up = Uploader(last)
-        self.output = self.embd if weights.output is weights.token_embd and first is last \
-            else head_up.matrix(weights.output)
-        self.output_norm = head_up.vector(weights.output_norm)
-        self.load_log = [line for s in self.stages for line in s.log] + head_up.log
+    def __init__(self, gguf, config, stages, embd, output, output_norm, log=()):
+        self.gguf, self.config, self.stages = gguf, config, stages
+        self.embd, self.output, self.output_norm = embd, output, output_norm
+        self.load_log = [line for s in stages for line in s.log] + list(log)
         self.pool = None
         self._tokenizer = None
+
+    @classmethod
+    def upload(cls, gguf, config, weights, backends, shares=None):
+        """Layers split over `backends` in proportion to `shares`; embeddings on the first, head on the last."""
+        ranges = split_layers(config.n_layer, shares or [1] * len(backends))
+        stages = [upload_stage(b, config, weights, a, z) for b, (a, z) in zip(backends, ranges)]
+        first, last = backends[0], backends[-1]
+        embd = Uploader(first).matrix(weights.token_embd)
+        head_up = Uploader(last)
+        output = embd if weights.output is weights.token_embd and first is last else head_up.matrix(weights.output)
+        return cls(gguf, config, stages, embd, output, head_up.vector(weights.output_norm), head_up.log)
 
     @property
     def tokenizer(self):
@@ -145,4 +149,4 @@ def open_gpu_model(path, ordinals, shares=None):
     backends = [open_backend(o) for o in ordinals]
     gguf = open_gguf(path)
     config = config_from_metadata(gguf.metadata)
-    return GpuModel(gguf, config, bind_weights(gguf.tensors, config), backends, shares)
+    return GpuModel.upload(gguf, config, bind_weights(gguf.tensors, config), backends, shares)

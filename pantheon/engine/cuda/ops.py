@@ -35,18 +35,18 @@ class Ops:
 
     def tile_matmul(self, mat, x16, out, scratch, c0=0):
         """out[:, c0:c0+rows] float32 = x16 [n, cols] @ dequant(mat).T through fp16 tiles and the backend's GEMM."""
-        step = scratch.shape[0]
+        step = min(mat.rows, scratch.size // mat.cols)
         for r0 in range(0, mat.rows, step):
             r1 = min(mat.rows, r0 + step)
-            tile = scratch[: r1 - r0]  # [r1-r0, cols] fp16
+            tile = scratch[: (r1 - r0) * mat.cols].reshape(r1 - r0, mat.cols)  # [r1-r0, cols] fp16, contiguous
             self._items(matvec.dequant_tile, (r1 - r0) * (mat.cols // UNIT))(mat.raw, mat.qtype, r0, tile)
             self.b.matmul_t(x16, tile, out[:, c0 + r0:c0 + r1])
 
     def scratch_for(self, mats):
-        """An fp16 tile buffer large enough for any of `mats` (one per model stage, reused by every layer)."""
-        cols = max(m.cols for m in mats)
-        rows = max(1, min(max(m.rows for m in mats), TILE_BYTES // (2 * cols)))
-        return self.b.empty((rows, cols), np.float16)  # [tile_rows, max_cols]
+        """A flat fp16 tile buffer: at least one row of any of `mats`, at most TILE_BYTES unless a single
+        matrix is smaller (one per model stage, reused by every layer)."""
+        need = max(max(m.cols for m in mats), min(TILE_BYTES // 2, max(m.rows * m.cols for m in mats)))
+        return self.b.empty((need,), np.float16)  # [tile elements]
 
     def embed(self, mat, ids, out):
         self._items(matvec.embed, out.shape[0] * (out.shape[1] // UNIT))(mat.raw, mat.qtype, ids, out)

@@ -8,16 +8,21 @@ from pantheon.engine.cuda.ops import Ops
 from pantheon.engine.cuda.upload import Uploader, block_matrices
 
 
+def upload_stage(backend, cfg, weights, first, last):
+    """A Stage of layers [first, last) of the host `weights`, uploaded to `backend`."""
+    backend.activate()
+    up = Uploader(backend)
+    blocks = [up.block(weights.blocks[i]) for i in range(first, last)]
+    return Stage(backend, cfg, blocks, first, up.log)
+
+
 class Stage:
     """Layers [first, first + len(blocks)) of one model on `backend`."""
 
-    def __init__(self, backend, cfg, weights, first, last):
+    def __init__(self, backend, cfg, blocks, first, log=()):
         self.backend, self.cfg, self.first = backend, cfg, first
         self.ops = Ops(backend)
-        backend.activate()
-        up = Uploader(backend)
-        self.blocks = [up.block(weights.blocks[i]) for i in range(first, last)]
-        self.log = up.log
+        self.blocks, self.log = list(blocks), list(log)
         inv_freq = cfg.rope_base ** (-np.arange(0, cfg.n_rot, 2, dtype=np.float64) / cfg.n_rot)  # [n_rot/2]
         self.inv_freq = backend.upload(inv_freq)
         self.kcache = self.vcache = self.scratch = None

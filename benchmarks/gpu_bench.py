@@ -1,0 +1,95 @@
+"""GPU engine figures on an 8B-shaped random model, with the device's copy roof and a torch fp16 reference.
+
+Prints one JSON line. Run by benchmarks/gpu_check.sh on the device; `--small` runs the same code on a
+tiny shape (the CPU half, in the simulator, in CI).
+"""
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from benchmarks.gpu_model import MIXES, Shape, decode_bytes, make_model
+from pantheon.engine.cuda import layers
+from pantheon.engine.cuda.backend import open_backend
+
+SMALL = Shape(dim=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128, n_vocab=256)
+
+
+def timed(b, fn, reps):
+    """Seconds per call of fn after one warm-up, the device synchronised around the timed calls."""
+    fn()
+    b.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    b.synchronize()
+    return (time.perf_counter() - t0) / reps
+
+
+def copy_bandwidth(b, nbytes):
+    """Bytes read plus written per second by a device-to-device copy."""
+    src = b.zeros((nbytes // 4,), np.float32)  # [n]
+    dst = b.empty((nbytes // 4,), np.float32)  # [n]
+
+    def copy():
+        if b.sim:
+            dst[...] = src
+        else:
+            with b.stream:
+                dst[...] = src
+    return 2 * nbytes / timed(b, copy, 5)
+
+
+def launch_cost(b):
+    """Seconds of one launch of a small kernel from Python (the per-kernel cost a decode step pays)."""
+    x, y = b.zeros((1, 32)), b.zeros((1, 32))  # [1, 32] each
+    return timed(b, lambda: b.launch(layers.add, 1, 32)(x, y), 200)
+
+
+def engine_figures(b, mix, shape, prompt, steps, streams):
+    model = make_model(b, mix, shape)
+    model.allocate(prompt + steps + 2, streams + 1)
+    rng = np.random.default_rng(1)
+    toks = rng.integers(0, shape.n_vocab, prompt).tolist()
+    pre = timed(b, lambda: model.forward([(model.new_cache(), toks)]), 2)
+    cache = model.new_cache()
+    model.forward([(cache, toks)])
+    before = b.launches
+    one = timed(b, lambda: model.forward([(cache, [7])]), steps)
+    launches = (b.launches - before) // (steps + 1)
+    caches = [model.new_cache() for _ in range(streams)]
+    model.forward([(c, toks[:8]) for c in caches])
+    many = timed(b, lambda: model.forward([(c, [7]) for c in caches]), steps)
+    per_token = decode_bytes(model)
+    out = {"prefill_tok_s": prompt / pre, "decode_tok_s": 1 / one, f"decode_{streams}x_tok_s": streams / many,
+           "bytes_per_token": per_token, "launches_per_step": launches}
+    model.close()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--mixes", default=",".join(MIXES))
+    ap.add_argument("--torch", action="store_true", help="add the torch fp16 reference (device only)")
+    args = ap.parse_args()
+    b = open_backend(0)
+    shape, prompt, steps = (SMALL, 9, 2) if args.small else (Shape(), 512, 32)
+    report = {"device": "simulator" if b.sim else "cuda0", "copy_bytes_s": copy_bandwidth(b, 1 << (12 if args.small else 31)),
+              "launch_s": launch_cost(b)}
+    for mix in args.mixes.split(","):
+        fig = engine_figures(b, mix, shape, prompt, steps, 8)
+        fig["decode_roof_ratio"] = fig["decode_tok_s"] * fig["bytes_per_token"] / report["copy_bytes_s"]
+        fig["launch_share"] = fig["launches_per_step"] * report["launch_s"] * fig["decode_tok_s"]
+        report[mix] = fig
+    if args.torch:
+        from benchmarks.gpu_torch_ref import torch_figures
+
+        report["torch_fp16"] = torch_figures(shape, prompt, steps)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

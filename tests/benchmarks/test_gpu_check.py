@@ -1,0 +1,40 @@
+"""The CPU half of benchmarks/gpu_check.sh: the carried tree installs from its wheel, and the benchmark's
+model maker and measurements run (at a tiny shape, in the simulator) and print their JSON line."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+from tests.workers.serving import ROOT
+
+
+def test_wheels_script_builds_an_installable_tree(tmp_path):
+    whl = tmp_path / "whl"
+    env = {**os.environ, "WHEEL_DIR": str(whl), "GPU_WHEELS_OFFLINE": "1", "PYTHON": sys.executable}
+    subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_wheels.sh")], cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=600)
+    wheels = sorted(whl.glob("pantheon-*.whl"))
+    assert wheels, list(whl.iterdir())
+    assert "pantheon/engine/cuda/matvec.py" in zipfile.ZipFile(wheels[0]).namelist()
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site),
+                    *map(str, wheels)], check=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", "import pantheon.engine.cuda.model as m; print(m.__file__)"],
+                         env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, check=True)
+    assert out.stdout.startswith(str(site))
+
+
+def test_benchmark_runs_its_model_maker_and_reports_every_figure():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_ENABLE_CUDASIM": "1"}
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_bench", "--small", "--mixes", "Q4_0,Q4_K_M"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["device"] == "simulator" and report["copy_bytes_s"] > 0 and report["launch_s"] > 0
+    for mix in ("Q4_0", "Q4_K_M"):
+        fig = report[mix]
+        assert {"prefill_tok_s", "decode_tok_s", "decode_8x_tok_s", "bytes_per_token", "decode_roof_ratio",
+                "launches_per_step"} <= set(fig)
+        assert fig["bytes_per_token"] > 0 and fig["launches_per_step"] > 0

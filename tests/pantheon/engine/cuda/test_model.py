@@ -1,0 +1,59 @@
+"""The GPU model's own parts: layer splitting, the KV slot pool and its caches, a two-stage split."""
+
+import numpy as np
+import pytest
+
+from pantheon.engine.cuda.kvpool import DeviceCache, SlotPool
+from pantheon.engine.cuda.model import GpuModel, split_layers
+from pantheon.errors import ContextOverflow, EngineError
+from tests.conftest import shared_path
+
+
+@pytest.mark.parametrize("n,shares,want", [
+    (32, [1], [(0, 32)]), (32, [1, 1], [(0, 16), (16, 32)]), (32, [3, 1], [(0, 24), (24, 32)]),
+    (2, [1, 1000], [(0, 1), (1, 2)]), (3, [1, 1, 1], [(0, 1), (1, 2), (2, 3)])])
+def test_layers_split_in_proportion_and_no_stage_is_empty(n, shares, want):
+    assert split_layers(n, shares) == want
+
+
+def test_pool_slots_come_back_when_a_cache_is_dropped():
+    pool = SlotPool(2, 8)
+    a, b = DeviceCache(pool, 8), DeviceCache(pool, 100)
+    assert {a.slot, b.slot} == {0, 1} and b.n_ctx == 8
+    with pytest.raises(EngineError):
+        DeviceCache(pool, 8)
+    slot = a.slot
+    del a
+    assert DeviceCache(pool, 8).slot == slot
+
+
+def test_cache_prefix_reuse_and_context_limit():
+    c = DeviceCache(SlotPool(1, 4), 4)
+    c.tokens.extend([1, 2, 3])
+    assert c.common_prefix([1, 2, 9, 9]) == 2
+    c.truncate(2)
+    assert len(c) == 2
+    c.reserve(2)
+    with pytest.raises(ContextOverflow):
+        c.reserve(3)
+
+
+def test_a_model_split_over_two_devices_computes_what_one_device_does():
+    """Two stages (two ordinals; in the simulator the same CPU) give the same logits as one stage."""
+    from pantheon.engine.cuda.backend import open_backend
+    from pantheon.engine.model_weights import bind_weights
+    from pantheon.gguf.config import config_from_metadata
+    from pantheon.gguf.file import open_gguf
+
+    g = open_gguf(str(shared_path("golden", "llama-f32.gguf")))
+    cfg = config_from_metadata(g.metadata)
+    weights = bind_weights(g.tensors, cfg)
+    one = GpuModel.upload(g, cfg, weights, [open_backend(0)])
+    two = GpuModel.upload(g, cfg, weights, [open_backend(0), open_backend(1)])
+    assert two.layer_ranges == [(0, 1), (1, 2)]
+    assert any("F32 converted to F16" in line for line in one.load_log)
+    out = []
+    for m in (one, two):
+        m.allocate(8, 1)
+        out.append(m.forward([(m.new_cache(), [1, 213, 540])])[0])
+    np.testing.assert_array_equal(out[0], out[1])
