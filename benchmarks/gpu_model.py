@@ -43,7 +43,7 @@ def random_matrix(backend, qtype, rows, cols, rng, name="w"):
     values, nbytes, scale_at, scale = LAYOUT[qtype]
     blocks = cols // values
     raw = rng.integers(0, 256, size=(1, rows, blocks, nbytes), dtype=np.uint8)  # [1, rows, blocks, bytes]
-    d = np.float16(scale).view(np.uint8)  # [2] the scale's bytes
+    d = np.array([scale], np.float16).view(np.uint8)  # [2] the scale's bytes
     for o in scale_at:
         raw[..., o], raw[..., o + 1] = d[0], d[1]
     if qtype == Q6_K:

@@ -22,19 +22,20 @@ def test_wheels_script_builds_an_installable_tree(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site),
                     *map(str, wheels)], check=True, timeout=300)
     out = subprocess.run([sys.executable, "-c", "import pantheon.engine.cuda.model as m; print(m.__file__)"],
-                         env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, check=True)
+                         env={**os.environ, "PYTHONPATH": str(site)}, cwd=tmp_path, capture_output=True, text=True,
+                         check=True)
     assert out.stdout.startswith(str(site))
 
 
 def test_benchmark_runs_its_model_maker_and_reports_every_figure():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_ENABLE_CUDASIM": "1"}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_bench", "--small", "--mixes", "Q4_0,Q4_K_M"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_bench", "--small", "--mixes", "Q4_K_M"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["device"] == "simulator" and report["copy_bytes_s"] > 0 and report["launch_s"] > 0
-    for mix in ("Q4_0", "Q4_K_M"):
+    for mix in ("Q4_K_M",):  # Q4_K and Q6_K blocks; Q4_0 and Q8_0 makers differ only in the table
         fig = report[mix]
-        assert {"prefill_tok_s", "decode_tok_s", "decode_8x_tok_s", "bytes_per_token", "decode_roof_ratio",
+        assert {"prefill_tok_s", "decode_tok_s", "decode_2x_tok_s", "bytes_per_token", "decode_roof_ratio",
                 "launches_per_step"} <= set(fig)
         assert fig["bytes_per_token"] > 0 and fig["launches_per_step"] > 0

@@ -17,35 +17,44 @@ def golden():
     return shared_path("golden", "llama-f32.gguf")
 
 
-def test_completion_on_a_simulated_cuda_die_matches_llama_cpp(golden):
+def _serve(golden, **kw):
+    """One server: model `g` on the simulated cuda0, the same file as `c` on cpu0 (the CPU engine)."""
+    return Server(["--cpu-dies", "1", "--model", str(golden), "--name", "g", "--dies", "0", "--ctx-cap", "32",
+                   "--model", str(golden), "--name", "c", "--dies", "cpu0", "--ctx-cap", "32"],
+                  program=[LAUNCHER, "1"], **kw)
+
+
+def _complete(srv, model, prompt):
+    status, body, _ = srv.request("POST", "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 2,
+                                                              "temperature": 0}, timeout=600)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_completion_on_a_simulated_cuda_die_matches_the_cpu_engine(golden):
     ref = np.load(golden.with_suffix(".npz"))
-    prompt = ref["tokens"][: int(ref["n_prompt"])].tolist()
-    srv = Server(["--cpu-dies", "1", "--model", str(golden), "--name", "g", "--dies", "0", "--ctx-cap", "32"],
-                 ready_timeout=300, program=[LAUNCHER, "1"])
+    prompt = ref["tokens"][: int(ref["n_prompt"])].tolist()  # llama.cpp's greedy path is clear here
+    srv = _serve(golden, ready_timeout=300)
     try:
-        status, body = srv.get("/admin/models")
-        status, body, _ = srv.request("POST", "/v1/completions", {"model": "g", "prompt": prompt, "max_tokens": 2,
-                                                                  "temperature": 0}, timeout=600)
-        assert status == 200, body
-        out = json.loads(body)
-        assert out["usage"]["completion_tokens"] == 2
+        gpu, cpu = _complete(srv, "g", prompt), _complete(srv, "c", prompt)
+        assert gpu["usage"]["completion_tokens"] == 2 and gpu["choices"][0]["finish_reason"] == "length"
+        assert gpu["choices"][0]["text"] == cpu["choices"][0]["text"]
         assert "converted to F16" in srv.log() and "layers 0..1 on cuda0" in srv.log()
-        gen = out["choices"][0]
-        assert gen["finish_reason"] == "length"
     finally:
         assert srv.stop() == 0
 
 
 def test_a_missing_cuda_stack_refuses_the_model_not_the_server(golden):
-    """NUMBA_ENABLE_CUDASIM=0 on a machine without a driver: the load fails with a clear reason."""
+    """NUMBA_ENABLE_CUDASIM=0 on a machine without a driver: the GPU model fails with a clear reason,
+    the CPU model beside it serves."""
     if pytest.importorskip("numba").config.ENABLE_CUDASIM == 0:
         pytest.skip("this run has a real CUDA stack")
-    srv = Server(["--cpu-dies", "1", "--model", str(golden), "--name", "g", "--dies", "0"],
-                 ready_timeout=120, program=[LAUNCHER, "1"], env={"NUMBA_ENABLE_CUDASIM": "0"})
+    srv = _serve(golden, ready_timeout=120, env={"NUMBA_ENABLE_CUDASIM": "0"})
     try:
         status, body = srv.get("/health")
-        model = json.loads(body)["models"]["g"]
-        assert model["state"] == "failed"
-        assert "cuda0" in srv.log() and "UnsupportedDevice" in srv.log()
+        models = json.loads(body)["models"]
+        assert status == 200 and models["c"]["state"] == "loaded"
+        assert models["g"]["state"] == "failed" and "UnsupportedDevice" in models["g"]["reason"]
+        assert "cuda0" in models["g"]["reason"]
     finally:
         assert srv.stop() == 0

@@ -249,7 +249,13 @@ def test_quantize_counts_the_q8_0_copies_open_model_makes():
 def test_cuda_die_needs_its_free_memory_known():
     est = estimate(golden("llama-q4_0"), dies=("cuda0",))
     cpu = estimate(golden("llama-q4_0"), dies=("cpu0",))
-    assert est.vram["cuda0"] == cpu.file_weights + cpu.kv + cpu.compute
+    g = open_gguf(golden("llama-q4_0"))
+    from pantheon.engine.cuda.sizing import gpu_vram
+
+    assert est.vram["cuda0"] == gpu_vram(g.tensors, config_from_metadata(g.metadata), est.ctx, est.slots,
+                                         est.sessions, 1)
+    split = estimate(golden("llama-q4_0"), dies=("cuda0", "cuda1"))  # one --model on two GPUs: a share each
+    assert split.vram["cuda0"] == split.vram["cuda1"] < est.vram["cuda0"]
     assert (est.weights, est.kv, est.compute, est.runtime) == (0, 0, 0, cpu.runtime)
     assert verdict(est, 64 * GiB).kind == REFUSED
     assert verdict(est, 64 * GiB, vram_available={"cuda0": 80 * GiB}).kind == FITS

@@ -57,3 +57,19 @@ def test_a_model_split_over_two_devices_computes_what_one_device_does():
         m.allocate(8, 1)
         out.append(m.forward([(m.new_cache(), [1, 213, 540])])[0])
     np.testing.assert_array_equal(out[0], out[1])
+
+
+def test_fit_sizing_covers_what_the_engine_allocates():
+    """gpu_vram (what the fit estimate charges a CUDA die) against the bytes a loaded model holds."""
+    from pantheon.engine.cuda.model import open_gpu_model
+    from pantheon.engine.cuda.sizing import device_weight_bytes, gpu_vram
+    from pantheon.engine.cuda.kvpool import pool_bytes
+
+    model = open_gpu_model(str(shared_path("golden", "llama-q4_k_m.gguf")), [0])
+    model.allocate(64, 3)
+    held = model.device_bytes()[0]
+    weights = device_weight_bytes(model.gguf.tensors)
+    assert weights <= held - pool_bytes(model.config, 3, 64) <= weights + 8 * (1 << 20)  # + tile scratch
+    assert held <= gpu_vram(model.gguf.tensors, model.config, 64, 2, 0, 1)
+    model.close()
+    assert model.stages[0].kcache is None and model.embd is None
