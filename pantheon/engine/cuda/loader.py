@@ -12,21 +12,20 @@ def group_ordinals(die_name, ordinal, split):
     return [ordinal]
 
 
-def open_for_die(path, die_name, ordinal, split, n_ctx_of, batch, sessions):
+def open_for_die(path, hf_config, die_name, ordinal, split, n_ctx_of, batch, sessions):
     """A GpuModel on the die's devices with its KV pool allocated; `n_ctx_of(n_ctx_train)` gives the context.
+    `path` is what the CPU engine opens (GGUF, or safetensors with `hf_config`).
 
     Layers are shared out in proportion to each device's free memory before the upload (VRAM headroom)."""
     from pantheon.engine.cuda.backend import open_backend
     from pantheon.engine.cuda.model import GpuModel
     from pantheon.engine.model_weights import bind_weights
-    from pantheon.gguf.config import config_from_metadata
-    from pantheon.gguf.file import open_gguf
+    from pantheon.source import open_files
 
     backends = [open_backend(o) for o in group_ordinals(die_name, ordinal, split)]
     free = [b.memory() for b in backends]
     shares = None if any(f is None for f in free) else [f[0] for f in free]
-    gguf = open_gguf(path)
-    config = config_from_metadata(gguf.metadata)
+    gguf, config = open_files(path, hf_config)
     model = GpuModel.upload(gguf, config, bind_weights(gguf.tensors, config), backends, shares)
     n_ctx = n_ctx_of(config.n_ctx_train)
     model.allocate(n_ctx, kv_slots(batch, sessions))

@@ -11,9 +11,8 @@ from pantheon.engine.cuda.backend import open_backend
 from pantheon.engine.cuda.kvpool import DeviceCache, SlotPool, pool_bytes
 from pantheon.engine.cuda.stage import upload_stage
 from pantheon.engine.cuda.upload import Uploader
-from pantheon.gguf.config import config_from_metadata
-from pantheon.gguf.file import open_gguf
 from pantheon.engine.model_weights import bind_weights
+from pantheon.source import open_files
 
 
 def split_layers(n_layer, shares):
@@ -38,7 +37,7 @@ class GpuModel:
         self.embd, self.output, self.output_norm = embd, output, output_norm
         self.load_log = [line for s in stages for line in s.log] + list(log)
         self.pool = None
-        self._tokenizer = None
+        self._text = None
 
     @classmethod
     def upload(cls, gguf, config, weights, backends, shares=None):
@@ -53,11 +52,19 @@ class GpuModel:
 
     @property
     def tokenizer(self):
-        if self._tokenizer is None:
-            from pantheon.text.tokenizer import Tokenizer
+        """The model's tokenizer, as the CPU Model builds it (GGUF metadata or tokenizer.json)."""
+        return self._text_side()[0]
 
-            self._tokenizer = Tokenizer.from_metadata(self.gguf.metadata)
-        return self._tokenizer
+    @property
+    def chat_metadata(self):
+        return self._text_side()[1]
+
+    def _text_side(self):
+        if self._text is None:
+            from pantheon.source import text_side
+
+            self._text = text_side(self.gguf)
+        return self._text
 
     @property
     def layer_ranges(self):
@@ -143,10 +150,9 @@ class GpuModel:
             s.backend.release()
 
 
-def open_gpu_model(path, ordinals, shares=None):
-    """Open a GGUF model onto CUDA `ordinals` (one stage each): typed errors on a bad file, UnsupportedDevice
-    when the CUDA stack is missing."""
+def open_gpu_model(path, ordinals, shares=None, config=None):
+    """Open a model (as open_model does) onto CUDA `ordinals`, one stage each: typed errors on a bad file,
+    UnsupportedDevice when the CUDA stack is missing."""
     backends = [open_backend(o) for o in ordinals]
-    gguf = open_gguf(path)
-    config = config_from_metadata(gguf.metadata)
-    return GpuModel.upload(gguf, config, bind_weights(gguf.tensors, config), backends, shares)
+    files, cfg = open_files(path, config)
+    return GpuModel.upload(files, cfg, bind_weights(files.tensors, cfg), backends, shares)
