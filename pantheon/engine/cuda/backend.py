@@ -145,6 +145,8 @@ def open_backend(ordinal):
         config.CUDA_ARRAY_INTERFACE_SYNC = False  # ordering comes from launching on one stream
         cupy.cuda.Device(ordinal).use()
         cuda.select_device(ordinal)
-        return Backend(ordinal, cupy, cuda, stream=cupy.cuda.Stream(non_blocking=True))
+        stream = cupy.cuda.Stream(non_blocking=True)
+        stream.use()  # CuPy's own operations (copies, indexing, cuBLAS) queue behind our kernels on this device
+        return Backend(ordinal, cupy, cuda, stream=stream)
     except Exception as e:  # driver missing, ordinal out of range, no kernel image: the die is refused
         raise UnsupportedDevice(f"cuda{ordinal}: the CUDA stack cannot use this device: {type(e).__name__}: {e}") from None

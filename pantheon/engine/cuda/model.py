@@ -110,6 +110,7 @@ class GpuModel:
 
     def _run(self, ids, pos, slot, rows):
         first = self.stages[0]
+        first.backend.activate()
         x = first.backend.empty((len(ids), self.config.dim))  # [N, dim]
         first.ops.embed(self.embd, first.backend.upload(ids), x)
         prev = None
@@ -123,7 +124,8 @@ class GpuModel:
 
     def _head(self, last, x, rows):
         b = last.backend
-        sel = x[b.upload(rows)] if len(rows) != len(x) else x  # [rows, dim]
+        b.activate()
+        sel = x[b.upload(rows)] if len(rows) != len(x) else x  # [rows, dim] (on the stream CuPy uses)
         h = b.empty(sel.shape)  # [rows, dim]
         last.ops.rms_norm(sel, self.output_norm, self.config.norm_eps, self.config.dim, h)
         return b.to_host(last.matmul([self.output], h))  # [rows, n_vocab]

@@ -58,6 +58,7 @@ class Stage:
 
     def forward(self, x, slot, pos):
         """Run the stage's layers over x float32 [n, dim] in place; slot, pos int32 [n] on this device."""
+        self.backend.activate()
         h = self.backend.empty(x.shape)  # [n, dim]
         for li, blk in enumerate(self.blocks):
             self.ops.rms_norm(x, blk.attn_norm, self.cfg.norm_eps, self.cfg.dim, h)

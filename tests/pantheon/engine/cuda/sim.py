@@ -18,10 +18,6 @@ def backend(geometry=None):
     return b
 
 
-def host(b, arr):
-    return b.to_host(arr)
-
-
 def golden_matrix(path, qtype):
     """The first 2-D tensor of `qtype` in the GGUF at `path`, as a Weight, or skip."""
     from pantheon.engine.weights import Weight
