@@ -10,6 +10,7 @@ import pytest
 from tests.workers.serving import ROOT
 
 
+@pytest.mark.slow  # minutes of NVVM time; gpu_check.sh runs it with --run-slow
 def test_every_kernel_compiles_for_sm_90():
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, str(ROOT / "tests/pantheon/engine/cuda/ptx_compile.py")], env=env,
