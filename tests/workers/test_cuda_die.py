@@ -17,11 +17,12 @@ def golden():
     return shared_path("golden", "llama-f32.gguf")
 
 
-def _serve(golden, **kw):
-    """One server: model `g` on the simulated cuda0, the same file as `c` on cpu0 (the CPU engine)."""
+def _serve(golden, env=None, **kw):
+    """One server: model `g` on the simulated cuda0, the same file as `c` on cpu0 (the CPU engine).
+    A simulated step takes tens of seconds on a busy machine: the hang timeout must not fire first."""
     return Server(["--cpu-dies", "1", "--model", str(golden), "--name", "g", "--dies", "0", "--ctx-cap", "32",
                    "--model", str(golden), "--name", "c", "--dies", "cpu0", "--ctx-cap", "32"],
-                  program=[LAUNCHER, "1"], **kw)
+                  program=[LAUNCHER, "1"], env={"PANTHEON_HANG_TIMEOUT": "900", **(env or {})}, **kw)
 
 
 def _complete(srv, model, prompt):
