@@ -11,6 +11,7 @@ from typing import Callable, Optional
 from pantheon.ctl import output as fmt
 from pantheon.ctl.client import DEFAULT_HTTP_TIMEOUT, AdminClient, AdminError, Refused, Unavailable
 from pantheon.ctl.fit import fit_text, fit_report
+from pantheon.ctl.ops_cli import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, OPS_RUNNERS, ops_commands
 from pantheon.errors import UsageError
 from pantheon.serve.settings import (DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, MAX_BATCH_SLOTS, MAX_CTX_CAP,
                                HelpRequested, int_in, next_option, parse_dies, parse_id, parse_path, parse_secret)
@@ -109,6 +110,7 @@ class Command:
     dest: Optional[str]
     flags: tuple
     help: str
+    parse: Optional[Callable] = None   # the positional's parser [default: by its metavar]
 
 
 GLOBAL_FLAGS = (
@@ -125,6 +127,9 @@ _DIES = Flag("--dies", "dies", "A[,B...]", parse_dies, "dies: cpuN, or N / cudaN
 _CTX = Flag("--ctx", "ctx", "N", int_in(1, MAX_CTX_CAP), f"per-session context in tokens [default: {DEFAULT_CTX_CAP}]")
 _SLOTS = Flag("--slots", "slots", "N", int_in(1, MAX_BATCH_SLOTS),
               f"sequences decoded together [default: {DEFAULT_BATCH_SLOTS}]")
+_AVAILABLE = Flag("--available", "available", "BYTES", parse_size,
+                  "free RAM to fit in (K/M/G/T suffixes) [default: measured]")
+_VRAM = Flag("--vram", "vram", "BYTES", parse_size, "free memory of each CUDA die [default: measured by NVML]")
 _LOAD_TIMEOUT = Flag("--timeout", "op_timeout", "S", int_in(1, MAX_OP_TIMEOUT),
                      f"whole seconds the load may take [default: {DEFAULT_LOAD_TIMEOUT}]")
 _CONFIG = Flag("--config", "config", "PATH", parse_path, "HF config.json of a .safetensors PATH [default: beside it]")
@@ -140,12 +145,9 @@ COMMANDS = {c.name: c for c in (
             "load a GGUF file or HF model directory; PATH is opened by the server"),
     Command("unload", "NAME", "target", (_UNLOAD_TIMEOUT,),
             "unload a model; requests still running after --timeout are aborted"),
-    Command("fit", "MODEL", "target", (_DIES, _CTX, _SLOTS, _CONFIG,
-                                       Flag("--available", "available", "BYTES", parse_size,
-                                            "free RAM to fit in (K/M/G/T suffixes) [default: measured]"),
-                                       Flag("--vram", "vram", "BYTES", parse_size,
-                                            "free memory of each CUDA die [default: measured by NVML]")),
+    Command("fit", "MODEL", "target", (_DIES, _CTX, _SLOTS, _CONFIG, _AVAILABLE, _VRAM),
             "will MODEL fit? local estimate, no server"),
+    *ops_commands(Command, Flag, parse_size, _DIES, _CTX, _SLOTS, _AVAILABLE, _VRAM),
 )}
 
 
@@ -167,6 +169,19 @@ class Invocation:
     available: Optional[int] = None
     vram: Optional[int] = None
     config: Optional[str] = None
+    models_dir: Optional[str] = None
+    recommend: bool = False
+    yes: bool = False
+    force: bool = False
+    load: bool = False
+    full: bool = False
+    stress: bool = False
+    streams: Optional[int] = None
+    prompt_tokens: Optional[int] = None
+    gen_tokens: Optional[int] = None
+    chart: Optional[str] = None
+    record: bool = False
+    hf_endpoint: str = DEFAULT_HF_ENDPOINT
 
 
 def parse_ctl_args(argv, environ=os.environ):
@@ -232,7 +247,8 @@ def _finish(command, positionals, values, environ):
     token = values.pop("token_file", None) or values.pop("token", None)
     url = values.pop("url", None) or url_from_env(environ)
     target = _target(command, positionals[0]) if command.positional else None
-    return Invocation(command=command.name, target=target, url=url, token=token, **values)
+    return Invocation(command=command.name, target=target, url=url, token=token,
+                      hf_endpoint=hf_endpoint_from_env(environ), **values)
 
 
 def _check_positionals(command, positionals):
@@ -245,6 +261,8 @@ def _check_positionals(command, positionals):
 
 
 def _target(command, text):
+    if command.parse is not None:
+        return command.parse(command.positional, text)
     return parse_id(command.positional, text) if command.positional == "NAME" else parse_path(command.positional, text)
 
 
@@ -252,6 +270,12 @@ def url_from_env(environ=os.environ):
     """$PANTHEON_URL (validated), or the default; the only environment read of pantheon-ctl."""
     raw = environ.get(URL_ENV, "").strip()
     return parse_url(URL_ENV, raw) if raw else DEFAULT_URL
+
+
+def hf_endpoint_from_env(environ=os.environ):
+    """$HF_ENDPOINT (the hub `pull` talks to, as huggingface_hub reads it), or huggingface.co."""
+    raw = environ.get(HF_ENDPOINT_ENV, "").strip()
+    return parse_url(HF_ENDPOINT_ENV, raw) if raw else DEFAULT_HF_ENDPOINT
 
 
 # ---- commands: each returns an exit status, writing to `out`
@@ -311,7 +335,7 @@ def run_fit(inv, client, out):
 
 
 RUNNERS = {"list": run_list, "dies": run_dies, "health": run_health, "load": run_load, "unload": run_unload,
-           "fit": run_fit}
+           "fit": run_fit, **OPS_RUNNERS}
 
 
 # ---- main
@@ -334,6 +358,8 @@ def main(argv=None, environ=None, stdout=None, stderr=None):
 def execute(inv, out, err):
     client = AdminClient(inv.url, token=inv.token, timeout=inv.http_timeout)
     try:
+        if inv.command in OPS_RUNNERS:    # pull, verify, bench also report on stderr
+            return OPS_RUNNERS[inv.command](inv, client, out, err)
         return RUNNERS[inv.command](inv, client, out)
     except UsageError as e:
         err.write(f"{PROG}: {e}\n")

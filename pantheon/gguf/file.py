@@ -105,6 +105,37 @@ def open_gguf(path) -> GGUFFile:
     return GGUFFile(path, version, alignment, MappingProxyType(metadata), MappingProxyType(tensors))
 
 
+@dataclass(frozen=True, eq=False)
+class GGUFLayout:
+    """A GGUF file's header read from its first bytes only: metadata and where each tensor would lie.
+
+    tensors: name -> (name, qtype, shape, offset, n_bytes) records, no data; the layout is checked
+    against `file_size`, the whole file's size, so a remote file can be judged before its weights."""
+
+    path: str
+    version: int
+    file_size: int
+    header_bytes: int
+    metadata: Mapping
+    tensors: Mapping
+
+
+def read_layout(head, path, file_size) -> GGUFLayout:
+    """Parse the GGUF header in `head` (the first bytes of a file of `file_size` bytes).
+
+    TruncatedFile when `head` ends inside the header (read more and call again, up to the whole
+    file); the other GGUFError subclasses as open_gguf raises them."""
+    path = str(path)
+    version, n_tensors, n_kv = _read_header(bytes(head[:_HEADER.size]), file_size, path)
+    metadata, _, layouts = _parse(head, path, n_tensors, n_kv, file_size)
+    return GGUFLayout(path, version, file_size, _header_end(layouts, file_size), MappingProxyType(metadata),
+                      MappingProxyType({t.name: t for t in layouts}))
+
+
+def _header_end(layouts, file_size):
+    return min((t.offset for t in layouts), default=file_size)
+
+
 def _read_header(head, size, path):
     if len(head) >= 4 and _U32.unpack_from(head)[0] != GGUF_MAGIC:
         raise BadMagic(f"{path}: starts with {head[:4]!r}, not the GGUF magic b'GGUF'")
@@ -123,8 +154,8 @@ def _read_header(head, size, path):
     return version, n_tensors, n_kv
 
 
-def _parse(mm, path, n_tensors, n_kv):
-    cur = _Cursor(mm, path, _HEADER.size)
+def _parse(mm, path, n_tensors, n_kv, file_size=None):
+    cur = _Cursor(mm, path, _HEADER.size, file_size)
     try:
         metadata, types = _read_metadata(cur, n_kv)
         alignment = _alignment(cur, metadata, types)
@@ -141,8 +172,10 @@ def _parse(mm, path, n_tensors, n_kv):
 class _Cursor:
     """Little-endian reads from the map that refuse to go past the end of the file."""
 
-    def __init__(self, buf, path, pos):
+    def __init__(self, buf, path, pos, file_size=None):
+        # size: the bytes at hand; file_size: the whole file's (larger when only its head is read)
         self.buf, self.path, self.pos, self.size = buf, path, pos, len(buf)
+        self.file_size = self.size if file_size is None else file_size
 
     def refuse(self, cls, message):
         raise cls(f"{self.path}: {message}")
@@ -150,7 +183,7 @@ class _Cursor:
     def take(self, n, what):
         """Start offset of the next `n` bytes; AbsurdValue if no file this size could hold them."""
         if n > self.size - self.pos:
-            cls = AbsurdValue if n > self.size else TruncatedFile
+            cls = AbsurdValue if n > self.file_size else TruncatedFile
             self.refuse(cls, f"{what} needs {n} bytes at offset {self.pos}, "
                              f"the file has {self.size}")
         start, self.pos = self.pos, self.pos + n
@@ -181,7 +214,7 @@ class _Cursor:
     def count(self, n, min_bytes, what):
         """Refuse an element count whose smallest encoding exceeds the rest of the file."""
         if n * min_bytes > self.size - self.pos:
-            cls = AbsurdValue if n * min_bytes > self.size else TruncatedFile
+            cls = AbsurdValue if n * min_bytes > self.file_size else TruncatedFile
             self.refuse(cls, f"{what} has {n} elements at offset {self.pos}: at least "
                              f"{n * min_bytes} bytes, the file has {self.size}")
 
@@ -328,10 +361,10 @@ def _check_offset(cur, name, offset, n_bytes, data_start, alignment):
         cur.refuse(AbsurdValue, f"tensor {name!r} offset {offset} is not a multiple of the "
                                 f"alignment {alignment}")
     end = data_start + offset + n_bytes
-    if end > cur.size:
-        cls = AbsurdValue if max(offset, n_bytes) > cur.size else TruncatedFile
+    if end > cur.file_size:
+        cls = AbsurdValue if max(offset, n_bytes) > cur.file_size else TruncatedFile
         cur.refuse(cls, f"tensor {name!r} ({n_bytes} bytes at data offset {offset}) ends at "
-                        f"byte {end}, the file has {cur.size}")
+                        f"byte {end}, the file has {cur.file_size}")
 
 
 def _check_overlaps(cur, layouts):

@@ -105,31 +105,42 @@ def estimate(path, dies=("cpu0",), ctx=4096, slots=4, shared_files=(), sessions=
     kept between turns (the engine's max_batch and max_sessions), each of up to `ctx` tokens.
     `shared_files`: paths already mapped by a loaded model; their weights add nothing on CPU dies.
     `quantize`: float matrices become per-process Q8_0 copies (open_model(quantize=True))."""
-    names = _check_args(dies, ctx, slots, sessions, chunk)
+    _check_args(dies, ctx, slots, sessions, chunk)
     gguf, cfg = open_files(path, config)
-    _check_tensors(gguf.tensors, cfg)
+    return estimate_from(cfg, gguf.tensors, path, dies, ctx, slots, shared_files, sessions, quantize, chunk)
+
+
+def estimate_from(cfg, tensors, path, dies=("cpu0",), ctx=4096, slots=4, shared_files=(), sessions=0,
+                  quantize=False, chunk=PREFILL_CHUNK, check=True) -> Estimate:
+    """estimate() from a config and `tensors` (name -> record with qtype, shape and n_bytes): a GGUF
+    header read over HTTP before its weights (pantheon.gguf.file.read_layout), or, with check=False,
+    a spec built from a catalog family whose tensor names are not known."""
+    names = _check_args(dies, ctx, slots, sessions, chunk)
+    if check:
+        _check_tensors(tensors, cfg)
+    by_name, tensors = tensors, list(tensors.values())
     n_ctx = min(ctx, cfg.n_ctx_train)
     per_token = 2 * cfg.n_layer * cfg.n_head_kv * cfg.head_dim * KV_ELEMENT_BYTES
-    die = _per_die(gguf, cfg, n_ctx, per_token, slots, sessions, chunk)
-    mapped, private = _weight_split(gguf, quantize)
+    die = _per_die(tensors, cfg, n_ctx, per_token, slots, sessions, chunk)
+    mapped, private = _weight_split(tensors, quantize)
     cpu = sum(n.startswith("cpu") for n in names)
     shared = _real(path) in {_real(p) for p in shared_files}
     host = dict(weights=(0 if shared or not cpu else mapped) + private * cpu, kv_slots=die.kv_slots * cpu,
                 kv_sessions=die.kv_sessions * cpu, compute=die.compute * cpu, runtime=die.runtime * len(names))
-    file_weights = sum(t.n_bytes for t in gguf.tensors.values())
-    vram = _vram(gguf, cfg, n_ctx, slots, sessions, [n for n in names if n.startswith("cuda")])
+    file_weights = sum(t.n_bytes for t in tensors)
+    vram = _vram(by_name, cfg, n_ctx, slots, sessions, [n for n in names if n.startswith("cuda")])
     return Estimate(path=os.fspath(path), arch=cfg.arch, name=cfg.name, dies=names, ctx=n_ctx, slots=slots,
                     sessions=sessions, kv_per_token=per_token, file_weights=file_weights,
                     headroom=_headroom(sum(host.values())), vram=MappingProxyType(vram), **host)
 
 
-def _vram(gguf, cfg, n_ctx, slots, sessions, cuda):
+def _vram(tensors, cfg, n_ctx, slots, sessions, cuda):
     """Bytes on each CUDA die: several CUDA dies of one --model split its layers, so each holds a share."""
     if not cuda:
         return {}
     from pantheon.engine.cuda.sizing import gpu_vram
 
-    per_die = gpu_vram(gguf.tensors, cfg, n_ctx, slots, sessions, len(cuda))
+    per_die = gpu_vram(tensors, cfg, n_ctx, slots, sessions, len(cuda))
     return {n: per_die for n in cuda}
 
 
@@ -143,8 +154,8 @@ class _PerDie:
     runtime: int
 
 
-def _per_die(gguf, cfg, n_ctx, per_token, slots, sessions, chunk):
-    matrices = [t.shape for t in gguf.tensors.values() if len(t.shape) >= 2]
+def _per_die(tensors, cfg, n_ctx, per_token, slots, sessions, chunk):
+    matrices = [t.shape for t in tensors if len(t.shape) >= 2]
     return _PerDie(kv_slots=slots * n_ctx * per_token, kv_sessions=sessions * n_ctx * per_token,
                    compute=_compute(cfg, matrices, chunk, slots, n_ctx, per_token),
                    runtime=RUNTIME_BYTES + VOCAB_BYTES_PER_TOKEN * cfg.n_vocab)
@@ -195,15 +206,15 @@ def _expert_names(tensors, p, n_expert):
     return [f"{p}ffn_{n}.{e}.weight" for e in range(n_expert) for n in ("gate", "up", "down")]
 
 
-def _weight_split(gguf, quantize):
+def _weight_split(tensors, quantize):
     """(bytes served from the shared file map, bytes of per-process Q8_0 copies).
 
     quantize=True converts every float matrix (experts one by one) whose rows split into 32-blocks;
     vectors stay in the map."""
-    total = sum(t.n_bytes for t in gguf.tensors.values())
+    total = sum(t.n_bytes for t in tensors)
     if not quantize:
         return total, 0
-    converted = [t for t in gguf.tensors.values()
+    converted = [t for t in tensors
                  if len(t.shape) >= 2 and t.qtype in FLOAT_TYPES and t.shape[-1] % BLOCK == 0]
     private = sum(t.n_bytes // _float_size(t.qtype) // BLOCK * Q8_0_BLOCK_BYTES for t in converted)
     return total - sum(t.n_bytes for t in converted), private
