@@ -242,6 +242,13 @@ class RingBackend:
             self._served[key] = _open_served(rec, self.chat_templates.get(text(rec["name"])))
         return self._served[key]
 
+    def _context(self, slot, rec):
+        """The context a request gets: the cap clamped to the model's training context once loaded
+        (what the 400 context_over_budget judges by), the cap before."""
+        if rec["state"] != SLOT_LOADED:
+            return int(rec["ctx_cap"])
+        return self._served_slot(slot, rec).n_ctx
+
     def generate(self, req):
         if self.draining:
             raise Unavailable("the server is shutting down", retry_after=5.0)
@@ -262,9 +269,9 @@ class RingBackend:
 
     def models(self):
         out = []
-        for _, rec in self.tables.live_slots():
+        for slot, rec in self.tables.live_slots():
             out.append(ModelInfo(text(rec["name"]), SLOT_STATES[rec["state"]], self._live_replicas(rec),
-                                 int(rec["ctx_cap"]), int(rec["created"]),
+                                 self._context(slot, rec), int(rec["created"]),
                                  {"path": text(rec["path"]), "reason": text(rec["reason"])}))
         return out
 
