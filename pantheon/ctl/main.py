@@ -396,8 +396,8 @@ def usage_text():
     lines += ["", "Global flags (before or after the command; after load/unload, --timeout is theirs):"]
     lines += [_flag_row(f, "  ") for f in GLOBAL_FLAGS]
     lines += ["", f"Exit status: {EXIT_OK} success (fit: FITS), {EXIT_TIGHT} fit: FITS-TIGHT, {EXIT_USAGE} usage "
-              f"error,", f"  {EXIT_REFUSED} refused by the server (4xx) or fit: DOES-NOT-FIT/REFUSED, {EXIT_UNAVAILABLE} "
-              "server unreachable, 5xx or timeout."]
+              f"error,", f"  {EXIT_REFUSED} refused by the server (4xx) or fit: DOES-NOT-FIT/REFUSED, pull: a gate stopped it, "
+              f"verify: a check failed,", f"  {EXIT_UNAVAILABLE} server (or hub) unreachable, 5xx or timeout."]
     return "\n".join(lines) + "\n"
 
 
