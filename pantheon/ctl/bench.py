@@ -91,8 +91,11 @@ def write_chart(rows, path, title):
     left.plot(x, [r.pp_tps for r in rows], marker="o")
     left.set(title="prompt processing", xlabel="concurrent streams", ylabel="tokens/s per stream")
     right.plot(x, [r.tg_tps for r in rows], marker="o", label="per stream")
-    right.plot(x, [r.total_tps for r in rows], marker="s", label="all streams")
+    right.plot(x, [r.total_tps for r in rows], marker="s", label="all streams (tokens / wall)")
     right.set(title="generation", xlabel="concurrent streams", ylabel="tokens/s")
+    for ax in (left, right):
+        ax.set_xticks(x)
+        ax.set_ylim(bottom=0)
     right.legend()
     fig.suptitle(title)
     fig.tight_layout()

@@ -1,5 +1,6 @@
-"""A stand-in OpenAI server for verify's own tests: answers like a server should, except for the
-fault a test switches on (`ignore_stop`), so that the right check must catch it."""
+"""A stand-in OpenAI server for verify's own tests: answers as the OpenAI API says a server should
+(tool calls, json_schema, cached_tokens on a repeated prompt), except for the fault a test switches
+on (`ignore_stop`), so that the right check must catch it."""
 
 import http.server
 import json
@@ -13,6 +14,7 @@ N_CTX = 512
 class Double:
     def __init__(self, ignore_stop=False):
         self.ignore_stop = ignore_stop
+        self.seen = set()     # prompts answered before: their tokens count as cached
         handler = type("Handler", (_Handler,), {"double": self})
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -44,21 +46,33 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         prompt = " ".join(m.get("content") or "" for m in body.get("messages", []))
         if len(prompt.split()) >= N_CTX:
             return self._json(400, {"error": {"message": "too long", "code": "context_over_budget"}})
-        self._answer(body, self._text(body, prompt), len(prompt.split()))
+        if isinstance(body.get("tool_choice"), dict):
+            return self._tool_call(body["tool_choice"]["function"]["name"])
+        cached = len(prompt.split()) if prompt in self.double.seen else 0
+        self.double.seen.add(prompt)
+        self._answer(body, self._text(body, prompt), len(prompt.split()), cached)
+
+    def _tool_call(self, name):
+        call = {"id": "call_0", "type": "function", "function": {"name": name, "arguments": '{"city": "Paris"}'}}
+        self._json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+                                                              "tool_calls": [call]}, "finish_reason": "tool_calls"}],
+                         "usage": {"prompt_tokens": 9, "completion_tokens": 9, "total_tokens": 18}})
 
     def _text(self, body, prompt):
         secret = re.search(r"secret number is (\d+)", prompt)
         text, finish = (secret[1], "stop") if secret else (TEXT, "length")
+        if (body.get("response_format") or {}).get("type") == "json_schema":
+            text, finish = '{"city": "Paris", "population": 2100000}', "stop"
         stops = [body["stop"]] if isinstance(body.get("stop"), str) else body.get("stop") or []
         for stop in [] if self.double.ignore_stop else stops:
             if stop in text:
                 text, finish = text[:text.index(stop)], "stop"
         return text, finish
 
-    def _answer(self, body, text_finish, n_prompt):
+    def _answer(self, body, text_finish, n_prompt, cached):
         text, finish = text_finish
         usage = {"prompt_tokens": n_prompt, "completion_tokens": len(text.split()),
-                 "total_tokens": n_prompt + len(text.split()), "prompt_tokens_details": {"cached_tokens": 0}}
+                 "total_tokens": n_prompt + len(text.split()), "prompt_tokens_details": {"cached_tokens": cached}}
         if not body.get("stream"):
             return self._json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                                  "finish_reason": finish}], "usage": usage})

@@ -99,7 +99,7 @@ def test_a_server_ignoring_stop_strings_fails_the_stop_check():
     finally:
         good.close()
         broken.close()
-    assert outcomes(good_out)["stop"]["status"] == "PASS"
+    assert {c["status"] for c in outcomes(good_out).values()} == {"PASS"}    # every check can pass
     checks = outcomes(out)
     assert rc == 3 and checks["stop"]["status"] == "FAIL" and "finish length" in checks["stop"]["figures"]
     assert all(checks[n]["status"] == "PASS" for n in ("health", "models", "chat", "streaming", "ctx-refusal"))
