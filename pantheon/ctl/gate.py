@@ -100,7 +100,8 @@ def _no_gguf(source, listing, headers):
     weights = [n for n in files if n.endswith((".safetensors", ".bin", ".pt"))]
     spec.size = sum(listing.files[n].size or 0 for n in weights) or None
     spec.refusal = (f"no GGUF file in {source.repo}@{listing.revision} ({len(weights)} safetensors/bin weight "
-                    f"files); Pantheon serves GGUF models only")
+                    f"files); pull fetches single GGUF files only (pantheon-serve --model DIR serves an HF "
+                    f"safetensors directory fetched by other means)")
     _spec_from_config(spec, listing, headers)
     return spec
 

@@ -114,7 +114,7 @@ def test_a_safetensors_repo_is_refused_by_the_engine_gate_with_its_kv_math(tmp_p
     with HubServer(Hub({"t/st": repo})) as server:
         rc, out, err = pull(server.endpoint, "t/st", "--recommend")
     assert rc == 3
-    assert "no GGUF file in t/st@main" in out and "Pantheon serves GGUF models only" in out
+    assert "no GGUF file in t/st@main" in out and "pull fetches single GGUF files only" in out
     assert "spec from config.json" in out and "KV 224.0 KiB/token" in out
 
 
