@@ -175,7 +175,9 @@ def check_json_schema(t):
     value = _json(content)
     ok = isinstance(value, dict) and set(value) == {"city", "population"} and isinstance(value["city"], str) \
         and isinstance(value["population"], int) and not isinstance(value["population"], bool)
-    return (PASS, f"valid: {content}") if ok else (FAIL, f"does not validate: {content!r:.80}")
+    if ok:
+        return PASS, f"valid: {content}"
+    return FAIL, f"does not validate (finish {api.finish(reply)} at max_tokens 128): {content!r:.80}"
 
 
 def _json(text):
