@@ -13,22 +13,20 @@ from workers.fleet_report import start_registrar
 from workers.ring_admin import RingAdmin
 from workers.ring_backend import RingBackend
 
-THREADS = 16
 DRAIN_S = 10.0
 
 
 def front_main(layout, f, sock, config):
-    from waitress.server import create_server
+    from workers.http_server import create_front_server
 
     backend = RingBackend(layout, f, {m.name: m.chat_template for m in config.models if m.chat_template})
     backend.start()
     recorder = Recorder(layout.metrics, layout.metrics_rows, row=f)
     app = create_app(backend, api_keys=config.api_keys, metrics=recorder, admin=RingAdmin(backend),
                      admin_token=config.admin_token, admin_on=admin_enabled(config.host, config.admin_token),
-                     cors_origins=config.cors_origins, reasoning_format=config.reasoning_format)
-    # channel_request_lookahead > 0 makes waitress expose environ["waitress.client_disconnected"].
-    server = create_server(app, sockets=[sock], threads=THREADS, channel_request_lookahead=5,
-                           ident="pantheon", send_bytes=1, clear_untrusted_proxy_headers=True)
+                     cors_origins=config.cors_origins, reasoning_format=config.reasoning_format,
+                     body_limit=config.http.body_limit)
+    server = create_front_server(app, sock, config.http)
     registrar = start_registrar(config, sock, backend, _log) if f == 0 else None
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=_drain, args=(backend, registrar),
                                                               daemon=True).start())

@@ -9,9 +9,11 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from pantheon.errors import EngineError, InvalidParameter
+from pantheon.errors import InvalidParameter
 
 _SEED_LIMIT = 2**64
+_F32 = np.finfo(np.float32)
+_INT32_MAX = 2**31 - 1
 _FIRST_SORT = 256  # top_p without top_k: sort this many best tokens first, widen only if mass is short
 
 
@@ -44,12 +46,12 @@ class SamplingParams:
 
     def validate(self, n_vocab=None):
         """Raise InvalidParameter naming the first bad field; `n_vocab` also bounds logit_bias ids."""
-        _real("temperature", self.temperature, low=0.0)
-        _integer("top_k", self.top_k, low=0)
+        _real("temperature", self.temperature, low=0.0, divides=True)
+        _integer("top_k", self.top_k, low=0, high=_INT32_MAX)
         _real("top_p", self.top_p, low=0.0, high=1.0)
         _real("min_p", self.min_p, low=0.0, high=1.0)
-        _real("repeat_penalty", self.repeat_penalty, low=0.0, low_open=True)
-        _integer("repeat_last_n", self.repeat_last_n, low=-1)
+        _real("repeat_penalty", self.repeat_penalty, low=0.0, low_open=True, divides=True)
+        _integer("repeat_last_n", self.repeat_last_n, low=-1, high=_INT32_MAX)
         _real("presence_penalty", self.presence_penalty)
         _real("frequency_penalty", self.frequency_penalty)
         _check_bias(self.logit_bias, n_vocab)
@@ -75,16 +77,21 @@ class Sampler:
         self._bias = np.fromiter(params.logit_bias.values(), np.float32, len(params.logit_bias))  # [n_bias]
 
     def sample(self, logits, history=()):
-        """One token id from `logits` (float32 [n_vocab]) given the ids generated or prompted so far."""
+        """One token id from `logits` (float32 [n_vocab]) given the ids generated or prompted so far.
+
+        Never raises for valid parameters: where extreme (but valid) penalties or biases overflow
+        float32, or every token is banned, it degrades to the greedy token of the finite logits.
+        """
         assert logits.shape == (self.n_vocab,), logits.shape
-        logits = self.adjust(logits, history)  # [n_vocab]
-        top = float(logits.max())
-        if not math.isfinite(top):
-            raise EngineError(f"no token can be sampled: the best logit is {top} after bias and penalties")
-        if self.params.temperature == 0.0:
-            return int(np.argmax(logits))
-        ids, kept = self.candidates(logits, top)  # [m], [m]
-        return self._draw(ids, kept, top)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            adjusted = self.adjust(logits, history)  # [n_vocab]
+            top = float(adjusted.max())
+            if not math.isfinite(top):
+                return _greedy_finite(adjusted, logits)
+            if self.params.temperature == 0.0:
+                return int(np.argmax(adjusted))
+            ids, kept = self.candidates(adjusted, top)  # [m], [m]
+            return self._draw(ids, kept, top)
 
     def adjust(self, logits, history):
         """Logit bias then repetition penalties (llama.cpp's chain order); never writes the caller's array."""
@@ -136,8 +143,19 @@ class Sampler:
         """Temperature last, then one draw from the renormalized survivors."""
         weights = np.exp((kept - np.float32(top)) / np.float32(self.params.temperature))  # [m]
         cumulative = np.cumsum(weights, dtype=np.float64)  # [m]
+        if not math.isfinite(cumulative[-1]) or cumulative[-1] <= 0.0:
+            return int(ids[np.nanargmax(np.where(np.isfinite(kept), kept, -np.inf))])
         pick = np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right")
         return int(ids[min(pick, ids.size - 1)])
+
+
+def _greedy_finite(adjusted, raw):
+    """The best finite adjusted logit's id; if none is finite, the best finite raw logit's (else 0)."""
+    for values in (adjusted, raw):
+        finite = np.isfinite(values)  # [n_vocab]
+        if finite.any():
+            return int(np.argmax(np.where(finite, values, -np.inf)))
+    return 0
 
 
 def _nucleus(ids, pool, top, mass, top_p):
@@ -170,9 +188,14 @@ def _best_sorted(values, width):
     return part[np.argsort(-values[part], kind="stable")]  # [width]
 
 
-def _real(name, value, low=None, high=None, low_open=False):
+def _real(name, value, low=None, high=None, low_open=False, divides=False):
+    """A finite number inside float32's range; `divides`: zero or a normal float32, never a denormal."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise InvalidParameter(f"{name} must be a finite number, got {value!r}", name)
+    if abs(value) > _F32.max:
+        raise InvalidParameter(f"{name} must be within float32's range (|x| <= {_F32.max:.7g}), got {value!r}", name)
+    if divides and 0 < abs(value) < _F32.tiny:
+        raise InvalidParameter(f"{name} must be 0 or at least {_F32.tiny:.7g} (a divisor), got {value!r}", name)
     if low is not None and (value < low or (low_open and value == low)):
         raise InvalidParameter(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}", name)
     if high is not None and value > high:
@@ -197,5 +220,6 @@ def _check_bias(bias, n_vocab):
         if token < 0 or (n_vocab is not None and token >= n_vocab):
             raise InvalidParameter(f"logit_bias token id {token} is outside [0, {n_vocab})", "logit_bias")
         bad = isinstance(value, bool) or not isinstance(value, numbers.Real)
-        if bad or math.isnan(value) or value == math.inf:
-            raise InvalidParameter(f"logit_bias[{token}] must be a number or -inf, got {value!r}", "logit_bias")
+        if bad or math.isnan(value) or value == math.inf or (value != -math.inf and abs(value) > _F32.max):
+            raise InvalidParameter(f"logit_bias[{token}] must be a float32 number or -inf, got {value!r}",
+                                   "logit_bias")

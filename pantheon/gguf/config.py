@@ -1,5 +1,7 @@
 """The frozen model configuration read from GGUF metadata: architecture and hyper-parameters."""
 
+import math
+import numbers
 from dataclasses import dataclass
 
 from pantheon.errors import AbsurdValue, MissingKey, UnsupportedArchitecture
@@ -40,11 +42,23 @@ class ModelConfig:
 
 
 def _get(meta, key, default=None, *, kind=int):
-    if key in meta:
-        return kind(meta[key])
-    if default is None:
-        raise MissingKey(f"metadata key {key!r} is required but absent")
-    return default
+    """The value of `key` as `kind` (int or float); AbsurdValue for a string, array, bool, inf or NaN."""
+    if key not in meta:
+        if default is None:
+            raise MissingKey(f"metadata key {key!r} is required but absent")
+        return default
+    value = meta[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise AbsurdValue(f"metadata key {key!r} = {str(value)[:40]} is not a finite number")
+    if kind is int and value != int(value):
+        raise AbsurdValue(f"metadata key {key!r} = {value} is not a whole number")
+    return kind(value)
+
+
+def _positive_real(name, value):
+    if not value > 0:
+        raise AbsurdValue(f"{name} = {value} must be positive")
+    return value
 
 
 def _positive(name, value, limit):
@@ -57,16 +71,16 @@ def _architecture(meta):
     arch = meta.get("general.architecture")
     if arch is None:
         raise MissingKey("metadata key 'general.architecture' is required but absent")
-    if arch not in ARCHITECTURES:
-        raise UnsupportedArchitecture(f"architecture {arch!r} is not one of {', '.join(ARCHITECTURES)}")
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
+        raise UnsupportedArchitecture(f"architecture {str(arch)[:40]!r} is not one of {', '.join(ARCHITECTURES)}")
     return arch
 
 
 def _vocab_size(meta, arch):
     if f"{arch}.vocab_size" in meta:
-        return int(meta[f"{arch}.vocab_size"])
+        return _get(meta, f"{arch}.vocab_size")
     tokens = meta.get("tokenizer.ggml.tokens")
-    if tokens is None:
+    if not isinstance(tokens, list):
         raise MissingKey(f"neither {arch}.vocab_size nor tokenizer.ggml.tokens is present")
     return len(tokens)
 
@@ -108,7 +122,8 @@ def config_from_metadata(meta) -> ModelConfig:
         dim=dim, n_layer=_positive("block_count", _get(meta, f"{arch}.block_count"), MAX_LAYERS),
         n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
         n_ff=_positive("feed_forward_length", _get(meta, f"{arch}.feed_forward_length", n_ff_expert or 1), 1 << 20),
-        norm_eps=_get(meta, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, kind=float),
-        rope_base=_get(meta, f"{arch}.rope.freq_base", 10000.0, kind=float),
+        norm_eps=_positive_real("layer_norm_rms_epsilon",
+                                _get(meta, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, kind=float)),
+        rope_base=_positive_real("rope.freq_base", _get(meta, f"{arch}.rope.freq_base", 10000.0, kind=float)),
         n_rot=n_rot, neox_rope=arch in NEOX_ROPE,
         n_expert=n_expert, n_expert_used=n_used, n_ff_expert=n_ff_expert)

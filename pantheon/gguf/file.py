@@ -31,6 +31,12 @@ _MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8
 _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MAX_NAME_BYTES = 63  # GGML_MAX_NAME is 64 with the terminating NUL
 _INT64_MAX = 2**63 - 1
+# Limits no real model comes near (the largest have a few thousand tensors, a 262k vocabulary and
+# kilobytes of other metadata); past them a file is refused before any parsing work is done.
+MAX_TENSORS = 65536
+MAX_KVS = 4096
+MAX_ARRAY = 1 << 22  # elements of one metadata array
+MAX_METADATA_BYTES = 256 << 20  # the whole metadata section
 
 _SCALARS = {
     VT.UINT8: struct.Struct("<B"), VT.INT8: struct.Struct("<b"),
@@ -147,6 +153,9 @@ def _read_header(head, size, path):
         swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
         hint = " (a big-endian file?)" if swapped in _VERSIONS else ""
         raise UnsupportedVersion(f"{path}: GGUF version {version}{hint}; only 2 and 3 are read")
+    if n_tensors > MAX_TENSORS or n_kv > MAX_KVS:
+        raise AbsurdValue(f"{path}: tensor_count {n_tensors} and kv_count {n_kv}: at most {MAX_TENSORS} "
+                          f"tensors and {MAX_KVS} metadata entries are read")
     least = _HEADER.size + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_INFO_BYTES
     if least > size:
         raise AbsurdValue(f"{path}: tensor_count {n_tensors} and kv_count {n_kv} need at least "
@@ -228,6 +237,8 @@ def _read_metadata(cur, n_kv):
         vtype = _value_type(cur, f"value type of {key!r}")
         metadata[key] = _read_value(cur, vtype, key)
         types[key] = vtype
+        if cur.pos > MAX_METADATA_BYTES:
+            cur.refuse(AbsurdValue, f"metadata runs past {MAX_METADATA_BYTES} bytes (at entry #{i}, {key!r})")
     return metadata, types
 
 
@@ -253,6 +264,8 @@ def _read_array(cur, key):
     n = cur.u64(f"length of array {key!r}")
     if itype == VT.ARRAY:
         cur.refuse(GGUFError, f"array {key!r} holds arrays; nested arrays are not supported")
+    if n > MAX_ARRAY:
+        cur.refuse(AbsurdValue, f"array {key!r} has {n} elements; at most {MAX_ARRAY} are read")
     if itype == VT.STRING:
         cur.count(n, 8, f"string array {key!r}")
         return _read_string_array(cur, n, key)

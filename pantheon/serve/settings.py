@@ -25,6 +25,11 @@ DEFAULT_CPU_DIES = 1
 DEFAULT_CTX_CAP = 4096     # what `--ctx-cap 0` resolves to
 DEFAULT_MAX_SESSIONS = 8   # what `--max-sessions 0` resolves to
 DEFAULT_DIES = ("cpu0",)
+DEFAULT_CONNECTION_LIMIT = 1000  # open sockets per HTTP front; idle ones cost a file descriptor, no thread
+DEFAULT_HTTP_THREADS = 32        # requests served at once per front (a stream holds one for its life)
+DEFAULT_IDLE_TIMEOUT = 60        # seconds a connection may sit idle between requests
+DEFAULT_HEADER_TIMEOUT = 10      # seconds from a request's first byte to the end of its headers
+DEFAULT_BODY_LIMIT = 16 * 2**20  # bytes per request body
 
 BATCH_SLOTS_ENV = "QWEN35_BATCH_SLOTS"
 
@@ -55,6 +60,17 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class HttpLimits:
+    """What one HTTP front allows a client: sockets, threads, timeouts, body bytes."""
+
+    connection_limit: int = DEFAULT_CONNECTION_LIMIT
+    threads: int = DEFAULT_HTTP_THREADS
+    idle_timeout: int = DEFAULT_IDLE_TIMEOUT
+    header_timeout: int = DEFAULT_HEADER_TIMEOUT
+    body_limit: int = DEFAULT_BODY_LIMIT
+
+
+@dataclass(frozen=True)
 class ServeConfig:
     """Everything `pantheon-serve` was asked to do, validated."""
 
@@ -72,6 +88,7 @@ class ServeConfig:
     cors_origins: tuple = ()
     reasoning_format: str = "auto"
     registry: Optional["Registry"] = None  # where to register with a `pantheon router`; None: standalone
+    http: HttpLimits = HttpLimits()
 
 
 @dataclass(frozen=True)
@@ -284,6 +301,16 @@ FLAGS = (
     Flag("--quantize", "global", None, None, "off", "Q8_0-quantize weights at load"),
     Flag("--http-workers", "global", "N", int_in(1, MAX_HTTP_WORKERS), str(DEFAULT_HTTP_WORKERS),
          "HTTP front processes"),
+    Flag("--connection-limit", "global", "N", int_in(16, 60000), str(DEFAULT_CONNECTION_LIMIT),
+         "open client sockets per HTTP front; beyond it the front stops accepting until one closes"),
+    Flag("--http-threads", "global", "N", int_in(2, 1024), str(DEFAULT_HTTP_THREADS),
+         "requests in progress per HTTP front (each open stream holds one)"),
+    Flag("--idle-timeout", "global", "S", int_in(1, 86400), str(DEFAULT_IDLE_TIMEOUT),
+         "seconds a client socket may sit idle between requests before it is closed"),
+    Flag("--header-timeout", "global", "S", int_in(1, 3600), str(DEFAULT_HEADER_TIMEOUT),
+         "seconds a client has to send a request's headers once it started (slow clients are cut)"),
+    Flag("--body-limit", "global", "BYTES", int_in(1024, 1 << 30), str(DEFAULT_BODY_LIMIT),
+         "largest request body; a larger Content-Length is refused (413) before the body is read"),
     Flag("--batch-slots", "global", "N", int_in(1, MAX_BATCH_SLOTS), str(DEFAULT_BATCH_SLOTS),
          f"sequences decoded together per model (overrides {BATCH_SLOTS_ENV})"),
     Flag("--cpu-dies", "global", "N", int_in(1, MAX_CPU_DIES), str(DEFAULT_CPU_DIES),
@@ -432,7 +459,8 @@ def _finish(draft, environ):
         api_keys=tuple(dict.fromkeys(draft.api_keys)), admin_token=opts.get("--admin-token"),
         models_dir=opts.get("--models-dir"), ops=operations_from_env(environ),
         cors_origins=tuple(dict.fromkeys(draft.cors_origins)),
-        reasoning_format=opts.get("--reasoning-format", "auto"), registry=_registry(opts, environ))
+        reasoning_format=opts.get("--reasoning-format", "auto"), registry=_registry(opts, environ),
+        http=_http_limits(opts))
 
 
 def _registry(opts, environ):
@@ -446,6 +474,14 @@ def _registry(opts, environ):
         return None
     token = opts.get("--registry-token") or registry_token_from_env(environ)
     return Registry(url, token, opts.get("--advertise", ""))
+
+
+def _http_limits(opts):
+    return HttpLimits(connection_limit=opts.get("--connection-limit", DEFAULT_CONNECTION_LIMIT),
+                      threads=opts.get("--http-threads", DEFAULT_HTTP_THREADS),
+                      idle_timeout=opts.get("--idle-timeout", DEFAULT_IDLE_TIMEOUT),
+                      header_timeout=opts.get("--header-timeout", DEFAULT_HEADER_TIMEOUT),
+                      body_limit=opts.get("--body-limit", DEFAULT_BODY_LIMIT))
 
 
 def _demo_path():

@@ -40,6 +40,10 @@ class PromptBuilder:
     def encode_chat(self, text):
         return self._dedupe_bos(self.tokenizer.encode(text, add_special=True, parse_special=True))
 
+    def cannot_fit(self, text, n_tokens):
+        """True when `text` certainly needs more than `n_tokens` tokens: checked before paying to encode it."""
+        return len(text) > n_tokens * self.tokenizer.max_token_chars
+
     def raw(self, text):
         """A plain completion prompt: BOS per metadata, special-token text taken literally."""
         return self.tokenizer.encode(text, add_special=True, parse_special=False)

@@ -1,5 +1,7 @@
 """The tokenizer of a GGUF model (SPM, BPE, WPM, RWKV ...), matching llama.cpp token for token."""
 
+import functools
+
 import numpy as np
 
 from pantheon.errors import EngineError, GGUFError, MissingKey
@@ -225,6 +227,14 @@ class Tokenizer:
                 frag = " " + frag
             out.extend(self._encoder.encode(escape_whitespace(frag)))
             prev_special = False
+
+    @functools.cached_property
+    def max_token_chars(self):
+        """The most characters of text one token can stand for (bounded by its byte length), >= 1.
+
+        A text longer than n * max_token_chars needs more than n tokens, which lets a caller refuse
+        it without paying for tokenization (whose cost and memory grow with the text)."""
+        return max(1, max(len(self.token_bytes(t, special=True)) for t in range(self.n_vocab)))
 
     # ---- decoding -------------------------------------------------------------------------------
 

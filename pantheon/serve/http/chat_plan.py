@@ -70,9 +70,12 @@ def prompt_text(served, parsed):
     tools = parsed.tools if parsed.tools and parsed.tool_choice != "none" else None
     fmt = prompts.tool_format if tools else None
     messages = [dict(m, content=_flat(m.get("content"))) for m in parsed.messages]
+    check_text_fits(served, "".join(m["content"] or "" for m in messages), "the conversation")
     if fmt == tool_formats.GENERIC:
         messages = with_system(messages, tool_formats.generic_instruction(tools, parsed.parallel_tool_calls))
-    return prompts.render(messages, tools, **parsed.template_kwargs), _forced_opener(fmt, tools, parsed.tool_choice)
+    text = prompts.render(messages, tools, **parsed.template_kwargs)
+    check_text_fits(served, text, "the rendered conversation")
+    return text, _forced_opener(fmt, tools, parsed.tool_choice)
 
 
 def _forced_opener(fmt, tools, choice):

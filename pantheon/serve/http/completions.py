@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pantheon.serve.http import chat_plan, sse, validate
+from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
@@ -167,9 +168,12 @@ class Completions(_GenerateResource):
 
     def prompt_ids(self, served, parsed):
         if isinstance(parsed.prompt, str):
+            check_text_fits(served, parsed.prompt, "the prompt")
             ids = served.prompts.raw(parsed.prompt)
         else:
             ids = parsed.prompt
+            if len(ids) >= served.n_ctx:
+                return ids  # generation_request refuses it by its length; skip the per-id scan
             bad = [t for t in ids if not 0 <= t < served.tokenizer.n_vocab]
             if bad:
                 raise RequestError(f"prompt: token id {bad[0]} is outside the vocabulary of "

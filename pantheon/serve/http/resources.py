@@ -1,6 +1,7 @@
 """The cheap routes: /v1/models, /health, /metrics, /tokenize, /detokenize (never wait on a generation)."""
 
 from pantheon.serve.http import validate
+from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.completions import resolve
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -54,6 +55,7 @@ class Tokenize:
         served = resolve(self.backend, body.get("model"))
         req.context.model = served.name
         tok = served.tokenizer
+        check_text_fits(served, body["content"], "content")
         ids = tok.encode(body["content"], add_special=body.get("add_special", False),
                          parse_special=body.get("parse_special", True))
         if body.get("with_pieces", False):

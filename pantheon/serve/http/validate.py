@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -12,6 +13,12 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "reasoning_content"}
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
                    "presence_penalty", "frequency_penalty", "logit_bias", "seed")
+F32_MAX = 3.4028234663852886e38   # the largest finite float32: the sampler computes in float32
+F32_TINY = 1.1754943508222875e-38  # the smallest normal float32: a divisor below it overflows
+INT32_MAX = 2**31 - 1              # token ids, top_k, repeat_last_n and max_tokens cross the ring as int32
+MAX_DEPTH = 32                     # JSON nesting; every field we accept is far shallower
+_TOKEN_KEY = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²".isdigit() is true but int("²") fails
+_SHOWN = 80                        # characters of an offending value quoted in an error message
 
 
 @dataclass
@@ -40,46 +47,74 @@ def _bad(name, message, code="invalid_type"):
     return RequestError(f"{name}: {message}", param=name, code=code)
 
 
+def show(v):
+    """`v` as JSON for an error message, cut short: a refused value may be megabytes long."""
+    if isinstance(v, str):
+        v = v[:_SHOWN + 1]
+    text = json.dumps(v) if not isinstance(v, (dict, list)) else type(v).__name__
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+
+
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def number(name, v):
+    """A finite number that float32, the sampler's type, represents without overflowing."""
     if not _is_number(v):
-        raise _bad(name, f"expected a number, got {json.dumps(v)}")
+        raise _bad(name, f"expected a number, got {show(v)}")
+    if abs(v) > F32_MAX:
+        raise _bad(name, f"{show(v)} is beyond the float32 range (|x| <= {F32_MAX:.7g})", "invalid_value")
     return float(v)
 
 
-def integer(name, v):
+def divisor(name, v):
+    """A number the sampler divides by: 0 or a normal float32 (a denormal's quotient overflows)."""
+    v = number(name, v)
+    if 0 < abs(v) < F32_TINY:
+        raise _bad(name, f"{show(v)} is too small: a non-zero value must be at least {F32_TINY:.7g}",
+                   "invalid_value")
+    return v
+
+
+def integer(name, v, low=-INT32_MAX - 1, high=INT32_MAX):
+    """An integer in low..high (an integral float such as 40.0 counts)."""
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(name, f"expected an integer, got {json.dumps(v)}")
+        raise _bad(name, f"expected an integer, got {show(v)}")
+    if not low <= v <= high:
+        raise _bad(name, f"must be in {low}..{high}, got {show(v)}", "invalid_value")
     return v
 
 
 def positive(name, v):
-    v = integer(name, v)
-    if v < 1:
-        raise _bad(name, f"must be at least 1, got {v}", "invalid_value")
-    return v
+    return integer(name, v, 1)
+
+
+def top_k(name, v):
+    return integer(name, v, 0)
+
+
+def last_n(name, v):
+    return integer(name, v, -1)
 
 
 def boolean(name, v):
     if not isinstance(v, bool):
-        raise _bad(name, f"expected true or false, got {json.dumps(v)}")
+        raise _bad(name, f"expected true or false, got {show(v)}")
     return v
 
 
 def string(name, v):
     if not isinstance(v, str):
-        raise _bad(name, f"expected a string, got {json.dumps(v)}")
+        raise _bad(name, f"expected a string, got {show(v)}")
     return v
 
 
 def seed(name, v):
-    """Any 64-bit integer, as OpenAI allows; negative seeds wrap to the sampler's unsigned range."""
-    return integer(name, v) % 2**64
+    """Any 64-bit integer, signed or not, as OpenAI allows; negative seeds wrap to the unsigned range."""
+    return integer(name, v, -2**63, 2**64 - 1) % 2**64
 
 
 def logit_bias(name, v):
@@ -87,9 +122,11 @@ def logit_bias(name, v):
         raise _bad(name, "expected an object mapping token ids to numbers")
     out = {}
     for key, value in v.items():
-        if not (isinstance(key, str) and key.strip().isdigit()):
-            raise _bad(name, f"key {key!r} is not a token id", "invalid_value")
-        out[int(key)] = number(f"{name}[{key}]", value)
+        token = key.strip()
+        if not _TOKEN_KEY.fullmatch(token) or int(token) > INT32_MAX:
+            raise _bad(name, f"key {show(key)} is not a token id (ASCII digits, at most {INT32_MAX})",
+                       "invalid_value")
+        out[int(token)] = number(f"{name}[{token}]", value)
     return out
 
 
@@ -112,13 +149,13 @@ def n_choices(name, v):
 
 def false_only(name, v):
     if v is not False and v != 0:
-        raise _bad(name, f"{name} is not supported (got {json.dumps(v)}); omit it or send false",
+        raise _bad(name, f"{name} is not supported (got {show(v)}); omit it or send false",
                    "unsupported_value")
     return v
 
 
 def null_only(name, v):
-    raise _bad(name, f"{name} is not supported (got {json.dumps(v)}); omit it", "unsupported_value")
+    raise _bad(name, f"{name} is not supported (got {show(v)}); omit it", "unsupported_value")
 
 
 def response_format(name, v):
@@ -129,7 +166,7 @@ def response_format(name, v):
     spec = v.get("json_schema") if kind == "json_schema" else None
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
         raise _bad(name, "expected {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
-                   f"\"json_schema\", \"json_schema\": {{\"name\", \"schema\"}}}}, got {json.dumps(v)}",
+                   f"\"json_schema\", \"json_schema\": {{\"name\", \"schema\"}}}}, got {show(v)}",
                    "invalid_value")
     return v
 
@@ -141,13 +178,13 @@ def tool_choice(name, v):
     fn = v.get("function") if isinstance(v, dict) and v.get("type") == "function" else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise _bad(name, "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
-                   f"\"function\": {{\"name\": ...}}}}, got {json.dumps(v)}", "invalid_value")
+                   f"\"function\": {{\"name\": ...}}}}, got {show(v)}", "invalid_value")
     return {"type": "function", "function": {"name": fn["name"]}}
 
 
 def reasoning_format(name, v):
     if v not in ("auto", "deepseek", "none"):
-        raise _bad(name, f"expected \"auto\", \"deepseek\" or \"none\", got {json.dumps(v)}", "invalid_value")
+        raise _bad(name, f"expected \"auto\", \"deepseek\" or \"none\", got {show(v)}", "invalid_value")
     return v
 
 
@@ -181,7 +218,7 @@ def modalities(name, v):
     if not isinstance(v, list) or not all(isinstance(m, str) for m in v):
         raise _bad(name, "expected a list of strings")
     if any(m != "text" for m in v):
-        raise _bad(name, f"only the \"text\" modality is supported, got {json.dumps(v)}", "unsupported_value")
+        raise _bad(name, f"only the \"text\" modality is supported, got {show(v)}", "unsupported_value")
     return v
 
 
@@ -256,8 +293,8 @@ def _message(where, m):
         if key not in MESSAGE_KEYS:
             raise _bad(f"{where}.{key}", "unknown field", "unknown_field")
     role = m.get("role")
-    if role not in ROLES:
-        raise _bad(f"{where}.role", f"expected one of {sorted(ROLES)}, got {json.dumps(role)}", "invalid_value")
+    if not isinstance(role, str) or role not in ROLES:
+        raise _bad(f"{where}.role", f"expected one of {sorted(ROLES)}, got {show(role)}", "invalid_value")
     out = dict(m, role=ROLES[role], content=content(f"{where}.content", m.get("content"), ROLES[role]))
     for key in ("name", "tool_call_id"):
         if out.get(key) is not None:
@@ -291,8 +328,8 @@ CHAT_LENIENT = dict(LENIENT, reasoning_effort=ignored(string), verbosity=ignored
                     parallel_tool_calls=boolean, functions=functions, function_call=function_call)
 
 COMMON = {
-    "model": string, "max_tokens": positive, "temperature": number, "top_p": number, "top_k": integer,
-    "min_p": number, "repeat_penalty": number, "repeat_last_n": integer, "presence_penalty": number,
+    "model": string, "max_tokens": positive, "temperature": divisor, "top_p": number, "top_k": top_k,
+    "min_p": number, "repeat_penalty": divisor, "repeat_last_n": last_n, "presence_penalty": number,
     "frequency_penalty": number, "logit_bias": logit_bias, "seed": seed, "stop": stop, "n": n_choices,
     "stream": boolean, "stream_options": stream_options, "user": string,
 }
@@ -350,7 +387,36 @@ def read_json(req, limit):
     raw = req.bounded_stream.read(limit + 1)
     if len(raw) > limit:
         raise RequestError(f"request body exceeds the {limit}-byte limit", code="request_too_large", status=413)
+    return parse_json(raw)
+
+
+def parse_json(raw):
+    """Strict JSON (no NaN/Infinity literals) nested at most MAX_DEPTH deep; else a 400."""
     try:
-        return json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        body = None  # nested past the interpreter's own limit: certainly past ours
     except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+        raise RequestError(f"the request body is not valid JSON: {str(exc)[:200]}", code="invalid_json") from None
+    if body is None and raw.strip() != b"null" or not _shallow(body):
+        raise RequestError(f"the request body nests deeper than {MAX_DEPTH} levels", code="invalid_json")
+    return body
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _shallow(body):
+    """True when no container nests deeper than MAX_DEPTH; iterative, so depth itself cannot hurt."""
+    level, depth = [body], 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return False
+        nested = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+            nested.extend(c for c in children if isinstance(c, (dict, list)))
+        level = nested
+    return True

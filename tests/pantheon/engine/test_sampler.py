@@ -4,6 +4,7 @@ import dataclasses
 import math
 
 import numpy as np
+from hypothesis import assume, given, settings, strategies as st
 import pytest
 
 from pantheon.errors import EngineError, InvalidParameter
@@ -13,6 +14,8 @@ from pantheon.engine.sampler import Sampler, SamplingParams
 PROBS = np.array([0.5, 0.3, 0.15, 0.05])
 LOGITS = np.log(PROBS).astype(np.float32)
 PLAIN = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+
+F32_MAX, F32_TINY = float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny)
 
 
 def draws(params, logits, count=2000, history=()):
@@ -139,10 +142,50 @@ def test_logit_bias_adds_and_bans():
     assert np.allclose(counts / 20_000, expected, atol=0.015)
 
 
-def test_everything_banned_is_an_engine_error():
+def test_everything_banned_degrades_to_the_greedy_raw_token():
     params = SamplingParams(logit_bias={0: -math.inf, 1: -math.inf})
-    with pytest.raises(EngineError, match="no token"):
-        Sampler(params, 2).sample(np.zeros(2, np.float32))
+    assert Sampler(params, 2).sample(np.array([0.5, 2.0], np.float32)) == 1
+
+
+@pytest.mark.parametrize("extreme", [
+    dict(frequency_penalty=-3e38), dict(frequency_penalty=3e38), dict(presence_penalty=-3.4e38),
+    dict(repeat_penalty=F32_TINY), dict(repeat_penalty=3.4e38), dict(temperature=F32_TINY),
+    dict(temperature=3.4e38), dict(logit_bias={0: 3.4e38, 1: 3.4e38}), dict(logit_bias={0: -3.4e38}),
+    dict(min_p=F32_TINY), dict(top_p=F32_TINY), dict(top_k=2**31 - 1),
+])
+def test_extreme_valid_parameters_never_raise(extreme):
+    """The issue's poison requests: valid values whose float32 arithmetic overflows still give a token."""
+    params = SamplingParams(**dict(dict(repeat_last_n=-1, seed=3), **extreme))
+    logits = np.array([1.0, 3.0, -2.0, 0.5], np.float32)
+    token = Sampler(params, 4).sample(logits, history=[1, 1, 0, 1])
+    assert 0 <= token < 4
+
+
+EXTREMES = st.floats() | st.sampled_from([F32_MAX, -F32_MAX, F32_TINY, -F32_TINY, 5e-324, 1e-45, 0.0, 1.0])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.fixed_dictionaries({}, optional={
+    "temperature": EXTREMES, "top_k": st.integers(-1, 2**32), "top_p": EXTREMES, "min_p": EXTREMES,
+    "repeat_penalty": EXTREMES, "repeat_last_n": st.integers(-2, 10), "presence_penalty": EXTREMES,
+    "frequency_penalty": EXTREMES, "logit_bias": st.dictionaries(st.integers(0, 7), EXTREMES, max_size=8)}),
+    st.lists(st.floats(-1e4, 1e4, width=32), min_size=8, max_size=8), st.lists(st.integers(0, 7), max_size=12))
+def test_any_accepted_parameters_sample_a_token(kwargs, logits, history):
+    """Whatever SamplingParams accepts, sample() returns a token id (never raises, never NaN-indexes)."""
+    try:
+        params = SamplingParams(**kwargs, seed=1)
+    except InvalidParameter:
+        assume(False)
+    assert 0 <= Sampler(params, 8).sample(np.array(logits, np.float32), history) < 8
+
+
+@pytest.mark.parametrize("field, value", [
+    ("temperature", 1e-40), ("repeat_penalty", 1e-45), ("frequency_penalty", -3.5e38),
+    ("presence_penalty", 1e39), ("top_k", 2**31), ("repeat_last_n", 2**31), ("logit_bias", {1: 1e39}),
+])
+def test_values_outside_float32_or_denormal_divisors_are_refused(field, value):
+    with pytest.raises(InvalidParameter, match=field):
+        SamplingParams(**{field: value})
 
 
 @pytest.mark.parametrize("field, value", [

@@ -428,3 +428,18 @@ def test_large_sparse_model_opens_without_reading_tensors(tmp_path):
     assert sum(t.n_bytes for t in g.tensors.values()) > 600e6
     assert grown < 32e6, f"resident memory grew {grown / 1e6:.1f} MB"
     assert seconds < 2.0, f"{seconds:.2f} s to open"
+
+
+def test_too_many_tensors_is_refused_before_parsing(tmp_path):
+    """The issue's 200k-tensor file: refused from the header count, in milliseconds, as AbsurdValue."""
+    infos = [tinfo(f"t{i}", [1], QT.F32, 0) for i in range(200_000)]
+    p = write(tmp_path, gguf_bytes(base_kvs(), infos))
+    started = time.perf_counter()
+    refused(p, AbsurdValue, "tensor_count 200000", "at most 65536")
+    assert time.perf_counter() - started < 1.0
+
+
+def test_too_long_metadata_array_is_refused(tmp_path):
+    n = (1 << 22) + 1
+    bad = kv("big", VT.ARRAY, struct.pack("<IQ", VT.UINT8, n) + b"\0" * n)
+    refused(write(tmp_path, gguf_bytes(base_kvs() + [bad], [])), AbsurdValue, "'big'", str(n))

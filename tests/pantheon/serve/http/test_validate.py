@@ -30,3 +30,51 @@ def test_required_field_and_stream_options():
     with pytest.raises(RequestError) as err:
         validate.check({"prompt": "x", "stream_options": {"include_usage": 1}}, validate.COMPLETIONS, ())
     assert err.value.param == "stream_options.include_usage"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("frequency_penalty", -3.5e38), ("presence_penalty", 1e300), ("temperature", 1e-40),
+    ("repeat_penalty", 1e-45), ("repeat_penalty", 5e-324), ("top_p", 1e39), ("min_p", -1e39),
+    ("top_k", 2**31), ("top_k", 1e300), ("repeat_last_n", 2**63), ("max_tokens", 2**31), ("seed", 2**64),
+    ("seed", -2**63 - 1), ("logit_bias", {"5": 1e39}), ("logit_bias", {"\u00b2": 1.0}),
+    ("logit_bias", {"\u0661": 1.0}), ("logit_bias", {"99999999999": 1.0}), ("logit_bias", {"1" * 5000: 1.0}),
+])
+def test_numbers_float32_and_int32_cannot_hold_are_400_naming_the_field(field, value):
+    """The issue's 500s: floats beyond float32, top_k >= 2^31, unicode-digit keys, underflowing divisors."""
+    with pytest.raises(RequestError) as err:
+        validate.check({"prompt": "x", field: value}, validate.COMPLETIONS, ("prompt",))
+    assert err.value.status == 400 and err.value.param.startswith(field)
+    assert len(str(err.value)) < 400
+
+
+def test_extreme_but_representable_values_pass():
+    p = validate.check({"prompt": "x", "frequency_penalty": -3.4e38, "repeat_penalty": 1.2e-38, "top_k": 2**31 - 1,
+                        "logit_bias": {" 7 ": -3.4e38}}, validate.COMPLETIONS, ("prompt",))
+    assert p.sampling["logit_bias"] == {7: -3.4e38} and p.sampling["top_k"] == 2**31 - 1
+
+
+@pytest.mark.parametrize("role", [["user"], {"a": 1}, 1, None, True])
+def test_a_role_that_is_not_a_string_is_400(role):
+    with pytest.raises(RequestError) as err:
+        validate.check({"messages": [{"role": role, "content": "x"}]}, validate.CHAT, ("messages",))
+    assert err.value.param == "messages[0].role"
+
+
+@pytest.mark.parametrize("raw", [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 5000 + b"1" + b"}" * 5000,
+                                 b'{"prompt": "x", "stop": ' + b"[" * 40 + b"]" * 40 + b"}"])
+def test_deep_nesting_is_a_400_not_a_recursion_error(raw):
+    with pytest.raises(RequestError) as err:
+        validate.parse_json(raw)
+    assert err.value.status == 400 and "nests deeper" in str(err.value)
+
+
+@pytest.mark.parametrize("raw", [b'{"temperature": NaN}', b'{"top_p": Infinity}', b'{"x": -Infinity}'])
+def test_non_standard_json_constants_are_refused(raw):
+    with pytest.raises(RequestError) as err:
+        validate.parse_json(raw)
+    assert err.value.code == "invalid_json"
+
+
+def test_moderate_nesting_and_null_bodies_parse():
+    assert validate.parse_json(b"[" * 32 + b"]" * 32) is not None
+    assert validate.parse_json(b"null") is None

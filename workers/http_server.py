@@ -1,0 +1,60 @@
+"""The front's waitress server, sized for LLM serving: connection limit, idle and header deadlines."""
+
+import time
+
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
+from waitress.server import TcpWSGIServer
+from waitress.task import ThreadedTaskDispatcher
+
+SWEEP_S = 1  # how often idle and slow channels are looked for
+HEADER_BYTES = 64 * 1024  # request line + headers; more is a 431 from waitress
+
+
+class _Channel(HTTPChannel):
+    """Remembers when the request now being received sent its first byte (the header deadline's start)."""
+
+    first_byte = 0.0
+
+    def received(self, data):
+        if data and self.request is None:
+            self.first_byte = time.monotonic()
+        return super().received(data)
+
+    def slow_headers(self, now, limit):
+        request = self.request
+        return request is not None and not request.headers_finished and now - self.first_byte > limit
+
+
+class _Server(TcpWSGIServer):
+    channel_class = _Channel
+    header_timeout = 10
+
+    def maintenance(self, now):
+        """Waitress closes channels idle past channel_timeout; also close those slow to send headers
+        (a slowloris client trickling a byte at a time is never idle, so only a deadline stops it)."""
+        super().maintenance(now)
+        mono = time.monotonic()
+        for channel in list(self.active_channels.values()):
+            if not channel.requests and channel.slow_headers(mono, self.header_timeout):
+                channel.will_close = True
+
+
+def create_front_server(app, sock, limits):
+    """A waitress server for `app` on the inherited listening `sock`; `limits` is settings.HttpLimits.
+
+    poll() instead of select() lifts the 1024-descriptor ceiling; max_request_body_size makes waitress
+    answer 413 from the Content-Length header instead of spooling an oversized body to disk first.
+    channel_request_lookahead > 0 exposes environ["waitress.client_disconnected"].
+    """
+    adj = Adjustments(sockets=[sock], threads=limits.threads, connection_limit=limits.connection_limit,
+                      channel_timeout=limits.idle_timeout, cleanup_interval=SWEEP_S, asyncore_use_poll=True,
+                      max_request_body_size=limits.body_limit, max_request_header_size=HEADER_BYTES,
+                      channel_request_lookahead=5, ident="pantheon", send_bytes=1,
+                      clear_untrusted_proxy_headers=True)
+    dispatcher = ThreadedTaskDispatcher()
+    dispatcher.set_thread_count(adj.threads)
+    sockinfo = (sock.family, sock.type, sock.proto, sock.getsockname())
+    server = _Server(app, {}, True, sock, dispatcher=dispatcher, adj=adj, bind_socket=False, sockinfo=sockinfo)
+    server.header_timeout = limits.header_timeout
+    return server
