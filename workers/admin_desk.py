@@ -2,7 +2,9 @@
 
 import json
 import os
+import stat
 import time
+import traceback
 from dataclasses import dataclass
 
 from ipc import Kind
@@ -10,6 +12,7 @@ from pantheon.errors import PantheonError, UsageError
 from workers.tables import SLOT_EMPTY, SLOT_UNLOADING, text
 
 MAX_CTX = 1 << 20
+MIN_MODEL_BYTES = 24  # a GGUF header
 
 
 class Refusal(Exception):
@@ -53,6 +56,10 @@ class AdminDesk:
             self._post_refusal(front, rid, r)
         except (ValueError, TypeError) as e:
             self._post_refusal(front, rid, Refusal(400, "invalid_request", f"malformed admin request: {e}"))
+        except Exception as e:  # the supervisor's main loop outlives any admin request
+            traceback.print_exc()
+            self._post_refusal(front, rid, Refusal(500, "admin_error", f"the admin operation failed: "
+                                                                       f"{type(e).__name__}: {str(e)[:300]}"))
 
     def _post_reply(self, front, rid, body):
         d = self.sup.dispatcher
@@ -103,8 +110,14 @@ class AdminDesk:
         full = os.path.realpath(os.path.join(root, path) if root else path)
         if root and os.path.commonpath([full, os.path.realpath(root)]) != os.path.realpath(root):
             raise Refusal(400, "path_outside_models_dir", f"{param} {path!r} resolves outside --models-dir", param=param)
-        if not os.path.isfile(full) and not (param == "path" and os.path.isdir(full)):
-            raise Refusal(400, "invalid_path", f"{param} {path!r} is not a readable file", param=param)
+        try:
+            st = os.stat(full)
+        except (OSError, ValueError):
+            st = None
+        # /proc/self/mem and friends are "regular" files of size 0: a model file has at least a header
+        if st is None or not (stat.S_ISREG(st.st_mode) and st.st_size >= MIN_MODEL_BYTES
+                              or param == "path" and stat.S_ISDIR(st.st_mode)):
+            raise Refusal(400, "invalid_path", f"{param} {path!r} is not a readable model file", param=param)
         return full
 
     def _admit(self, spec, slots):
@@ -113,7 +126,7 @@ class AdminDesk:
 
         try:
             model_config(spec.path, spec.config or None)
-        except PantheonError as e:
+        except (PantheonError, OSError, ValueError) as e:
             raise Refusal(400, "invalid_model", str(e), param="path") from None
         verdict = self.sup.fit_verdict(spec.path, spec.dies, spec.ctx_cap or 4096, slots, spec.max_sessions,
                                        config=spec.config or None)

@@ -13,7 +13,8 @@ from workers.fleet_report import start_registrar
 from workers.ring_admin import RingAdmin
 from workers.ring_backend import RingBackend
 
-DRAIN_S = 10.0
+DRAIN_S = 7.0  # under the supervisor's GRACE_S, which then kills what is left
+FLUSH_S = 1.0  # for the error events of streams that outlived the drain to reach their sockets
 
 
 def front_main(layout, f, sock, config):
@@ -39,11 +40,15 @@ def _log(msg):
 
 
 def _drain(backend, registrar=None):
-    """Leave the router's fleet, refuse new generations, let running streams finish within the grace period, exit."""
+    """Leave the router's fleet, refuse new generations (503, /health says draining), let running
+    streams finish within the grace period, end the rest with an error event and [DONE], then exit."""
     if registrar is not None:
         registrar.deregister()
     backend.draining = True
     deadline = time.monotonic() + DRAIN_S
     while backend.active() and time.monotonic() < deadline:
         time.sleep(0.05)
+    if backend.active():
+        backend.end_all("the server is shutting down and this stream outlived the drain period")
+        time.sleep(FLUSH_S)
     os._exit(0)

@@ -8,6 +8,8 @@ from ipc import Kind
 from ipc.messages import decode_error
 from workers.tables import SLOT_FAILED, SLOT_LOADED, SLOT_STATES, text
 
+MAX_TIMEOUT_S = 3600
+
 
 class _Mailbox:
     """Receives the supervisor's one reply to an admin request."""
@@ -99,7 +101,7 @@ class RingAdmin:
         Refusals and failures raise AdminRefused (before the first event when refused up front)."""
         from pantheon.serve.http.admin import AdminRefused
 
-        timeout = body.get("timeout", 600) if isinstance(body.get("timeout", 600), (int, float)) else 600
+        timeout = _timeout(body, 600)
         started = time.monotonic()
         slot = self._ask(Kind.LOAD, body, 60)["slot"]
         next_report = 0.0
@@ -118,8 +120,21 @@ class RingAdmin:
         raise AdminRefused(504, _admin_error(f"still loading after {timeout} s", "timeout"))
 
     def admin_unload(self, body):
-        timeout = body.get("timeout", 30) if isinstance(body.get("timeout", 30), int) else 30
+        timeout = _timeout(body, 30)
         return self._ask(Kind.UNLOAD, body, timeout + 60)
+
+
+def _timeout(body, default):
+    """The request's "timeout" in seconds, 0..3600; anything else is a 400 (never a 504 straight away)."""
+    from pantheon.serve.http.admin import AdminRefused
+
+    value = body.get("timeout")
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMEOUT_S:
+        raise AdminRefused(400, _admin_error(f"timeout: expected whole seconds in 0..{MAX_TIMEOUT_S}, got "
+                                             f"{json.dumps(value)[:40]}", "invalid_value", param="timeout"))
+    return value
 
 
 def _admin_error(message, code, **extra):

@@ -29,6 +29,13 @@ def session_hash(session):
     return int.from_bytes(hashlib.blake2b(session.encode(), digest_size=8).digest(), "little") or 1
 
 
+@dataclasses.dataclass(frozen=True)
+class Shutdown:
+    """Put on a stream's queue when the front stops: the stream ends with an error event and [DONE]."""
+
+    reason: str
+
+
 class RingStream:
     """Events of one request as they arrive on the front's inbound rings.
 
@@ -54,14 +61,19 @@ class RingStream:
         """(Re)send the job under a fresh request id: the prompt extended by what was already sent."""
         self.backend.forget(self.rid)
         self.ended = False
-        self.rid = self.backend.new_id()
-        self.backend.register(self.rid, self)
-        self.offset = len(self.sent)
         job = self.job
         if self.sent:
             job = dataclasses.replace(job, prompt=job.prompt + tuple(self.sent),
                                       max_tokens=job.max_tokens - len(self.sent), grammar_replay=len(self.sent))
-        self.backend.send(Kind.SUBMIT, self.rid, protocol.encode_job(job))
+        payload = protocol.encode_job(job)  # before registering: a job the codec refuses leaves nothing behind
+        self.rid = self.backend.new_id()
+        self.backend.register(self.rid, self)
+        self.offset = len(self.sent)
+        try:
+            self.backend.send(Kind.SUBMIT, self.rid, payload)
+        except BaseException:
+            self.backend.forget(self.rid)
+            raise
 
     def wait_accepted(self):
         """Block until the supervisor accepted the request; raise its refusal (429, 503).
@@ -92,6 +104,9 @@ class RingStream:
             except queue.Empty:
                 self.backend.forget(self.rid)
                 raise Unavailable("the supervisor did not answer in time", retry_after=1.0) from None
+            if isinstance(msg, Shutdown):
+                self.backend.forget(self.rid)
+                raise Unavailable(msg.reason, retry_after=5.0)
             if msg.request_id == self.rid:
                 return msg
 
@@ -184,6 +199,13 @@ class RingBackend:
     def active(self):
         """Streams not yet finished."""
         return len(self._streams)
+
+    def end_all(self, reason):
+        """End every stream still running (the drain ran out): each raises Unavailable to its reader."""
+        with self._lock:
+            streams = list(self._streams.values())
+        for stream in streams:
+            stream.events.put(Shutdown(reason))
 
     def start(self):
         self._thread = threading.Thread(target=self._pump, name="ring-pump", daemon=True)
@@ -280,9 +302,10 @@ class RingBackend:
         from workers.tables import DIE_STATES
 
         models = self.models()
-        serving = any(m.state == "loaded" and m.replicas > 0 for m in models)
+        serving = any(m.state == "loaded" and m.replicas > 0 for m in models) and not self.draining
         dies = {d.name: DIE_STATES[self.tables.dies[i]["state"]] for i, d in enumerate(self.layout.die_list or ())}
-        body = {"status": "ok" if serving else "unavailable",
+        status = "draining" if self.draining else "ok" if serving else "unavailable"
+        body = {"status": status,
                 "models": {m.name: {"state": m.state, "replicas": m.replicas, "n_ctx": m.n_ctx,
                                     **({"reason": m.details["reason"]} if m.details["reason"] else {})}
                            for m in models},

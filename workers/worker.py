@@ -82,13 +82,24 @@ class DieWorker:
         while True:
             busy = any(e.has_work for e in self.engines.values())
             self._drain(0 if busy else IDLE_WAIT_S)
-            for slot, engine in self.engines.items():
+            for slot, engine in list(self.engines.items()):
                 if engine.has_work:
-                    self._route(engine.step())
+                    self._route(self._step(engine))
             now = time.monotonic()
             if now >= next_beat:
                 self.rec["heartbeat"] = now
                 next_beat = now + beat
+
+    def _step(self, engine):
+        """One engine step; if it raises, its requests end with an error (never resubmitted) and the die
+        lives on: a request that breaks the engine must not take the die, or its replicas, with it."""
+        try:
+            return engine.step()
+        except MemoryError:
+            raise
+        except Exception as e:
+            traceback.print_exc()
+            return engine.fail_all(f"the engine failed on this request: {type(e).__name__}: {e}")
 
     def _drain(self, wait):
         msg = self.inbox.receive(timeout=wait)
@@ -159,6 +170,11 @@ class DieWorker:
             out = self.to_front[protocol.front_of(ev.id)]
             if isinstance(ev, TokenEvent):
                 out.send(Kind.TOKENS, ev.id, ev.index, ev.token.to_bytes(4, "little"), timeout=5.0)
+                continue
+            if ev.reason == "error":
+                self._fail(ev.id, protocol.E_INTERNAL, ev.message or "the engine failed on this request")
+                self.owner.pop(ev.id, None)
+                self.rec["in_flight"] -= 1
                 continue
             body = protocol.encode_done(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens)
             out.send(Kind.DONE, ev.id, ev.completion_tokens, body, timeout=5.0)

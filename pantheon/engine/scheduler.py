@@ -181,7 +181,10 @@ class Engine:
         if tok is None:
             if grammar is not None:
                 logits = grammar.mask(logits)  # [n_vocab], -inf where the grammar forbids
-            tok = seq.sampler.sample(logits, list(seq.req.prompt) + seq.generated)
+            try:
+                tok = seq.sampler.sample(logits, list(seq.req.prompt) + seq.generated)
+            except Exception as e:  # this request's problem only: the batch and the die carry on
+                return [self._finish(seq, "error", f"sampling failed: {type(e).__name__}: {e}")]
         if tok in seq.req.stop_ids:
             return [self._finish(seq, "stop")]
         seq.track(tok)
@@ -195,10 +198,19 @@ class Engine:
             events.append(self._finish(seq, "length"))
         return events
 
-    def _finish(self, seq, reason):
+    def _finish(self, seq, reason, message=""):
         del self.running[seq.req.id]
-        if seq.req.session is not None:
+        if seq.req.session is not None and reason != "error":
             self.sessions[seq.req.session] = seq.cache
             while len(self.sessions) > self.config.max_sessions:
                 self.sessions.popitem(last=False)
-        return seq.done_event(reason)
+        return seq.done_event(reason, message)
+
+    def fail_all(self, message):
+        """DoneEvents with reason "error" for every request (after a step raised): the engine starts clean."""
+        events = [DoneEvent(r.id, "error", len(r.prompt), 0, 0, message) for r in self.waiting]
+        events += [seq.done_event("error", message) for seq in self.running.values()]
+        self.waiting.clear()
+        self.running.clear()
+        self._aborted.clear()
+        return events

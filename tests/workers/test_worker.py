@@ -2,6 +2,7 @@
 
 from pantheon.serve.dies import Die
 from tests.conftest import shared_path
+from ipc import Kind
 from workers import protocol
 from workers.layout import Layout
 from workers.tables import SLOT_LOADING
@@ -28,3 +29,31 @@ def test_a_model_on_a_cpu_die_loads():
     cpu = Die("cpu0", "cpu", 0, cores=(0,))
     worker, layout, _ = worker_for(cpu, str(shared_path("golden", "llama-q8_0.gguf")))
     assert int(layout.tables.dies[0]["loaded"]) == 1 and 0 in worker.engines
+
+
+def test_an_engine_step_that_raises_ends_its_requests_with_an_error_and_the_worker_serves_on():
+    """Not resubmitted (E_INTERNAL, not E_WORKER_DIED), and the die keeps serving the next request."""
+    from ipc.messages import decode_error
+    from pantheon.engine.sampler import SamplingParams
+    from pantheon.engine.scheduler import Request
+
+    cpu = Die("cpu0", "cpu", 0, cores=(0,))
+    worker, layout, notes = worker_for(cpu, str(shared_path("golden", "llama-q8_0.gguf")))
+    front = layout.die_to_front[0][0].receiver()
+    engine, rid = worker.engines[0], protocol.request_id(0, 7)
+    engine.add(Request(rid, (1, 2, 3), 3, SamplingParams(temperature=0.0)))
+    worker.owner[rid], worker.rec["in_flight"] = 0, 1
+    forward = engine.model.forward
+    engine.model.forward = lambda *_: 1 / 0
+    worker._route(worker._step(engine))
+    msg = front.receive(timeout=1)
+    assert msg.kind == Kind.ERROR and msg.request_id == rid
+    err = decode_error(bytes(msg.payload))
+    assert err.code == protocol.E_INTERNAL and b"ZeroDivisionError" in err.detail
+    assert int(worker.rec["in_flight"]) == 0 and rid not in worker.owner
+    engine.model.forward = forward
+    engine.add(Request(rid + 1, (1, 2, 3), 2, SamplingParams(temperature=0.0)))
+    while engine.has_work:
+        worker._route(worker._step(engine))
+    kinds = [front.receive(timeout=1).kind for _ in range(3)]
+    assert kinds == [Kind.TOKENS, Kind.TOKENS, Kind.DONE]

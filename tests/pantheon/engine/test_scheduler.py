@@ -122,3 +122,30 @@ def test_reasoning_budget_forces_think_close(golden):
     engine.add(Request(1, prompt, max_tokens=6, params=GREEDY, reasoning_budget=3, think_ids=(open_id, close_id)))
     out = tokens_of(run(engine), 1)
     assert out[:3] == greedy[:3] and out[3] == close_id
+
+
+def test_a_sampler_that_raises_ends_only_its_request(golden):
+    model, _ = golden
+    engine = Engine(model, EngineConfig(n_ctx=64, max_batch=2))
+    engine.add(Request(1, (1, 2, 3), 4, GREEDY))
+    engine.add(Request(2, (1, 2, 3), 4, GREEDY))
+    engine.step()  # both admitted; now break request 1's sampler
+
+    def boom(*_):
+        raise FloatingPointError("poison")
+
+    engine.running[1].sampler.sample = boom
+    events = run(engine)
+    assert done_of(events, 1).reason == "error" and "poison" in done_of(events, 1).message
+    assert done_of(events, 2).reason == "length" and len(tokens_of(events, 2)) == 3
+
+
+def test_fail_all_ends_every_request_with_an_error(golden):
+    model, _ = golden
+    engine = Engine(model, EngineConfig(n_ctx=64, max_batch=1))
+    engine.add(Request(1, (1, 2, 3), 4, GREEDY))
+    engine.add(Request(2, (1, 2, 3), 4, GREEDY))
+    engine.step()
+    events = engine.fail_all("broken")
+    assert sorted(e.id for e in events) == [1, 2] and {e.reason for e in events} == {"error"}
+    assert not engine.has_work

@@ -1,0 +1,78 @@
+"""Hypothesis strategies for hostile request bodies: structural junk and numeric extremes per field."""
+
+from hypothesis import strategies as st
+
+F32_MAX, F32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
+EXTREME_NUMBERS = [F32_MAX, -F32_MAX, 3.5e38, -3e38, 1e39, F32_TINY, 1e-38, 1e-45, 5e-324, -5e-324, 0.0, -0.0,
+                   2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, -2**63 - 1, 10**30, -1, 0, 1, 0.5, 1.0000001]
+UNICODE_DIGITS = ["\u00b2", "\u0661", "\u0967", "\uff11", "\U0001d7d9", "1\u00b2", " 5 ", "-1", "+3", "1e3", "0x10",
+                  "9" * 11, "9" * 5000, ""]
+
+numbers = st.one_of(st.sampled_from(EXTREME_NUMBERS), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+                    st.integers(-2**70, 2**70), st.floats(-1e-30, 1e-30))
+scalars = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=12), st.sampled_from(UNICODE_DIGITS))
+junk = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                          max_size=3), max_leaves=8)
+
+
+def field(good):
+    """Mostly plausible values, sometimes extremes, sometimes any JSON at all."""
+    return st.one_of(good, numbers, junk)
+
+
+bias_keys = st.one_of(st.integers(0, 5000).map(str), st.sampled_from(UNICODE_DIGITS), st.text(max_size=4))
+logit_bias = st.dictionaries(bias_keys, numbers, max_size=4)
+roles = st.sampled_from(["system", "developer", "user", "assistant", "tool"])
+message = st.fixed_dictionaries({"role": field(roles), "content": field(st.text(max_size=40))},
+                                optional={"name": field(st.text(max_size=8)), "tool_calls": junk,
+                                          "tool_call_id": junk, "junk": junk})
+
+SAMPLING = {
+    "temperature": field(st.floats(0, 2)), "top_p": field(st.floats(0, 1)), "top_k": field(st.integers(0, 100)),
+    "min_p": field(st.floats(0, 1)), "repeat_penalty": field(st.floats(0.5, 2)),
+    "repeat_last_n": field(st.integers(-1, 64)), "presence_penalty": field(st.floats(-2, 2)),
+    "frequency_penalty": field(st.floats(-2, 2)), "logit_bias": field(logit_bias), "seed": field(st.integers()),
+    "stop": field(st.lists(st.text(min_size=1, max_size=4), max_size=5)), "stream": field(st.booleans()),
+    "stream_options": field(st.fixed_dictionaries({"include_usage": st.booleans()})), "user": field(st.text(max_size=8)),
+    "n": field(st.just(1)), "model": field(st.just("m")),
+}
+# max_tokens stays small when valid (the fuzz is about refusals, not long generations)
+MAX_TOKENS = st.one_of(st.integers(1, 4), numbers, junk)
+
+completions = st.fixed_dictionaries(
+    {"prompt": field(st.one_of(st.text(max_size=40), st.lists(st.integers(-5, 5000), min_size=1, max_size=8))),
+     "max_tokens": MAX_TOKENS},
+    optional=dict(SAMPLING, echo=junk, logprobs=junk, best_of=junk, suffix=junk, extra=junk))
+chat = st.fixed_dictionaries(
+    {"messages": field(st.lists(message, min_size=1, max_size=3)), "max_tokens": MAX_TOKENS},
+    optional=dict(SAMPLING, tools=junk, tool_choice=junk, response_format=junk, logprobs=junk,
+                  max_completion_tokens=field(st.integers(1, 4)), top_logprobs=junk))
+tokenize = st.fixed_dictionaries({"content": field(st.text(max_size=40))},
+                                 optional={"model": field(st.just("m")), "add_special": junk,
+                                           "parse_special": junk, "with_pieces": junk})
+detokenize = st.fixed_dictionaries({"tokens": field(st.lists(st.one_of(st.integers(-5, 5000), numbers), max_size=8))},
+                                   optional={"model": field(st.just("m"))})
+admin_load = st.fixed_dictionaries({}, optional={"path": field(st.sampled_from(["/proc/self/mem", "/dev/zero", "/",
+                                                                                 "x" * 1025, "../../etc/passwd"])),
+                                                 "name": field(st.text(max_size=70)), "dies": junk,
+                                                 "ctx_cap": numbers, "batch_slots": numbers, "stream": junk})
+# never the served model's name or slot: an accepted unload is not hostile input
+admin_unload = st.fixed_dictionaries({}, optional={"name": field(st.text(max_size=8).filter(lambda n: n != "m")),
+                                                   "slot": st.one_of(st.integers(1000, 2**70), st.floats(), junk).filter(
+                                                       lambda v: not isinstance(v, int) or isinstance(v, bool)
+                                                       or v >= 1000),
+                                                   "timeout": numbers})
+
+
+def nested(depth):
+    return b"[" * depth + b"]" * depth
+
+
+raw_bodies = st.one_of(st.integers(1, 200_000).map(nested), st.binary(max_size=40),
+                       st.sampled_from([b'{"prompt": "x", "temperature": NaN}', b'{"prompt": "x", "top_p": Infinity}',
+                                        b"", b"null", b"[]", b"{}", b'"x"', b"\xff\xfe", b'{"prompt": 1e999}']))
+
+ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), ("/tokenize", tokenize),
+             ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload)]
+requests = st.one_of(*[st.tuples(st.just(path), body) for path, body in ENDPOINTS],
+                     st.tuples(st.sampled_from([p for p, _ in ENDPOINTS]), raw_bodies))
