@@ -12,7 +12,9 @@ from ipc.messages import encode_error
 from ipc.mux import Mux
 from pantheon.serve.routing import SessionMap, pick_replica
 from workers import protocol
-from workers.tables import DIE_UP, SLOT_LOADED, text
+from workers.tables import DIE_STALLED, DIE_STARTING, DIE_UP, SLOT_LOADED, text
+
+LIVE_DIES = (DIE_STARTING, DIE_UP, DIE_STALLED)
 
 ACK = b"\x01"
 CRITICAL = 3  # pantheon.serve.memory.PressureLevel.CRITICAL, as stored in the instance record
@@ -220,7 +222,10 @@ class Dispatcher:
         for q in self.queued.pop(slot, ()):
             self._error(q.front, q.rid, protocol.E_UNAVAILABLE, "5|the model was unloaded")
         for d in dies:
-            self.send_to_die(d, Kind.UNLOAD, slot)
+            # a die without a live worker (failed, or down awaiting restart) must not find this UNLOAD
+            # in its ring later: its next worker would drop whatever model then holds the slot number
+            if self.layout.tables.dies[d]["state"] in LIVE_DIES:
+                self.send_to_die(d, Kind.UNLOAD, slot)
         return aborted
 
     def in_flight(self, die):

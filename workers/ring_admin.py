@@ -6,6 +6,7 @@ import time
 
 from ipc import Kind
 from ipc.messages import decode_error
+from workers.worker import slot_context
 from workers.tables import SLOT_FAILED, SLOT_LOADED, SLOT_STATES, text
 
 MAX_TIMEOUT_S = 3600
@@ -34,7 +35,8 @@ class RingAdmin:
     def describe(self, i, rec):
         return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": self._die_names(rec["dies"]),
                 "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
-                "in_flight": int(self.tables.slot_in_flight[i]), "ctx": int(rec["ctx_cap"]),
+                "in_flight": int(self.tables.slot_in_flight[i]),
+                "ctx": slot_context(text(rec["path"]), int(rec["ctx_cap"]), int(rec["version"])),
                 "memory": self._memory(i, rec)}
 
     def _memory(self, i, rec):

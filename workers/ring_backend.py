@@ -13,11 +13,11 @@ from ipc.mux import Mux
 from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, ServedModel, Tokens,
                                    Unavailable, UnknownModel)
 from workers import protocol
-from workers.worker import context_size
+from workers.worker import context_size, slot_context
 from workers.tables import DIE_UP, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
 ACK_TIMEOUT_S = 30.0
-MAX_ATTEMPTS = 3  # resubmissions of one request after worker deaths
+MAX_DEATHS = 2  # poison-pill rule: a request in flight at this many worker deaths is not tried again
 RECOVER_S = 30.0  # how long a request waits for a replica to come back after its worker died
 RETRY_NAP_S = 0.25
 
@@ -50,7 +50,7 @@ class RingStream:
         self.events = queue.Queue()
         self.sent = []  # token ids delivered to the client, in order
         self.offset = 0  # tokens delivered before the current attempt
-        self.attempts = 0
+        self.deaths = 0  # worker deaths this request was in flight at
         self.recover_until = None
         self.cancelled = False
         self.ended = False  # the pump has routed this attempt's DONE or ERROR
@@ -117,8 +117,9 @@ class RingStream:
     def _recover(self, msg):
         """After E_WORKER_DIED (or no replica while recovering): resubmit; False when out of time or tries."""
         code = decode_error(bytes(msg.payload)).code
-        if code == protocol.E_WORKER_DIED and self.attempts < MAX_ATTEMPTS and not self.cancelled:
-            self.attempts += 1
+        if code == protocol.E_WORKER_DIED:
+            self.deaths += 1
+        if code == protocol.E_WORKER_DIED and self.deaths < MAX_DEATHS and not self.cancelled:
             self.recover_until = time.monotonic() + RECOVER_S
         elif not (code == protocol.E_UNAVAILABLE and self.recover_until and time.monotonic() < self.recover_until):
             return False
@@ -174,7 +175,8 @@ def _refusal(msg):
         except ValueError:
             return Unavailable(detail, retry_after=1.0)
     if err.code == protocol.E_WORKER_DIED:
-        return GenerationFailed(f"the worker running this request died: {detail}")
+        return GenerationFailed(f"the worker running this request died: {detail} (a request in flight at "
+                                f"{MAX_DEATHS} worker deaths is not tried again: poison-pill rule)")
     return GenerationFailed(detail or f"request failed (code {err.code})")
 
 
@@ -314,6 +316,10 @@ class RingBackend:
 
     def metrics(self):
         return self.layout.metrics.render(self.layout.metrics_rows)
+
+
+def _context(rec):
+    return slot_context(text(rec["path"]), int(rec["ctx_cap"]), int(rec["version"]))
 
 
 def _open_served(rec, template=None):

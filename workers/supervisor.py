@@ -18,10 +18,11 @@ from workers.layout import Layout
 from workers.lifecycle import adopt_parent_death, reset_signals
 from workers.restarts import RestartPolicy
 from workers.slots import SlotBook
+from workers.worker import slot_context
 from ipc import Kind
 from workers.admin_desk import AdminDesk
 from workers.pressure import PressureWatch
-from workers.tables import (DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STARTING, DIE_UP, SLOT_LOADING, SLOT_STATES,
+from workers.tables import (DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STALLED, DIE_STARTING, DIE_UP, SLOT_LOADING, SLOT_STATES,
                             text)
 
 GRACE_S = 10.0
@@ -245,6 +246,7 @@ class Supervisor:
             rec = tables.dies[d]
             if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
                 rec["state"] = DIE_UP
+
         self.book.refresh(tables, self.dispatcher.status_notes)
         self._admin()
 
@@ -264,11 +266,12 @@ class Supervisor:
                     "SIGKILL")
                 _signal(pid, signal.SIGKILL)
                 continue
-            if rec["state"] != DIE_UP or now - rec["heartbeat"] <= self.config.ops.hang_timeout:
+            if rec["state"] not in (DIE_UP, DIE_STALLED) or now - rec["heartbeat"] <= self.config.ops.hang_timeout:
                 continue
             if d not in self.aborted:
                 log(f"die {self.die_list[d].name} (pid {pid}) missed its heartbeat for "
-                    f"{now - rec['heartbeat']:.1f} s: SIGABRT")
+                    f"{now - rec['heartbeat']:.1f} s: stalled, SIGABRT")
+                rec["state"] = DIE_STALLED  # no new requests; /health says so until it is replaced
                 self.aborted[d] = now
                 _signal(pid, signal.SIGABRT)
             elif now - self.aborted[d] > ABORT_GRACE_S:
@@ -318,7 +321,8 @@ class Supervisor:
                 "dies": [self.die_list[d].name for d in range(len(self.die_list)) if int(rec["dies"]) >> d & 1],
                 "split": [g.split("+") for g in text(rec["split"]).split(",") if g],
                 "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
-                "in_flight": self.dispatcher.slot_in_flight(i), "ctx": int(rec["ctx_cap"])}
+                "in_flight": self.dispatcher.slot_in_flight(i),
+                "ctx": slot_context(text(rec["path"]), int(rec["ctx_cap"]), int(rec["version"]))}
 
     def fit_verdict(self, path, dies, ctx, slots, sessions, shared=None, config=None):
         """The estimator's verdict against the RAM available now (the pressure source) and free VRAM;

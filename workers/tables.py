@@ -14,8 +14,8 @@ MAX_SLOTS = 16
 SLOT_EMPTY, SLOT_LOADING, SLOT_LOADED, SLOT_FAILED, SLOT_UNLOADING = range(5)
 SLOT_STATES = ("empty", "loading", "loaded", "failed", "unloading")
 
-DIE_DOWN, DIE_STARTING, DIE_UP, DIE_FAILED, DIE_DEGRADED = range(5)
-DIE_STATES = ("down", "starting", "up", "failed", "degraded")
+DIE_DOWN, DIE_STARTING, DIE_UP, DIE_FAILED, DIE_DEGRADED, DIE_STALLED = range(6)
+DIE_STATES = ("down", "starting", "up", "failed", "degraded", "stalled")
 
 SLOT_DTYPE = np.dtype([
     ("version", "<u8"), ("state", "u1"), ("name", "S64"), ("path", "S1024"), ("config", "S1024"), ("reason", "S256"),

@@ -1,6 +1,7 @@
 """A die worker: owns the models placed on one die, runs their engines, streams tokens to the fronts."""
 
 import faulthandler
+import functools
 import os
 import signal
 import sys
@@ -13,12 +14,27 @@ from workers.lifecycle import heartbeat_interval
 from workers.tables import text
 
 IDLE_WAIT_S = 0.05
+LOAD_GRACE_S = 900.0  # a die loading a model at run time is not judged by its heartbeat meanwhile
+WARM_UP = ((20, 0), (3, 20), (1, 23))  # (new tokens, cached before): prefill tiles, small batch, decode
 DEFAULT_CTX = 4096
 
 
 def context_size(ctx_cap, n_ctx_train):
     """Tokens per sequence: the --ctx-cap (or 4096), never beyond what the model was trained for."""
     return min(ctx_cap or DEFAULT_CTX, n_ctx_train)
+
+
+@functools.lru_cache(maxsize=256)
+def slot_context(path, ctx_cap, version):
+    """The context a slot really serves (what the engine gets), read from the GGUF header once per slot
+    version; the cap alone when the file cannot be read (its slot state already says why)."""
+    from pantheon.gguf.config import config_from_metadata
+    from pantheon.gguf.file import open_gguf
+
+    try:
+        return context_size(ctx_cap, config_from_metadata(open_gguf(path).metadata).n_ctx_train)
+    except Exception:
+        return ctx_cap or DEFAULT_CTX
 
 
 class DieWorker:
@@ -36,6 +52,7 @@ class DieWorker:
         self.assigned = list(slots)
         self._load(slots, threads)
 
+
     def _load(self, slots, threads):
         from pantheon.engine.scheduler import Engine, EngineConfig
         from pantheon.errors import UnsupportedDevice
@@ -44,6 +61,7 @@ class DieWorker:
         for i in slots:
             rec = self.layout.tables.read_slot(i)
             try:
+                self.rec["heartbeat"] = time.monotonic() + LOAD_GRACE_S
                 if self.die.kind == "cuda":
                     model, n_ctx = self._open_cuda(rec)
                 elif self.die.kind != "cpu":
@@ -52,6 +70,8 @@ class DieWorker:
                     model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]),
                                        config=text(rec["config"]) or None)
                     n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
+                    _warm_up(model, n_ctx)
+                    model.heartbeat = self._beat
                 cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
                                    max_sessions=int(rec["max_sessions"]))
                 self.engines[i] = Engine(model, cfg)
@@ -59,6 +79,10 @@ class DieWorker:
             except Exception as e:  # a model that cannot load must not take the die's other models down
                 self.rec["failed"] |= 1 << i
                 self._status(i, f"failed: {type(e).__name__}: {e}")
+        self._beat()
+
+    def _beat(self):
+        self.rec["heartbeat"] = time.monotonic()
 
     def _open_cuda(self, rec):
         """The GPU engine (CUDA is first imported here, in the die's own process); its load log to stderr."""
@@ -185,6 +209,16 @@ class DieWorker:
 
 
 CHAOS_EXIT = 13
+
+
+def _warm_up(model, n_ctx):
+    """Compile (or load from numba's cache) every kernel shape a step uses, while the die is still
+    loading: a first compile inside a served step would look like a hang to the supervisor."""
+    if n_ctx <= sum(WARM_UP[-1]) + 1:
+        return
+    cache = model.new_cache(sum(WARM_UP[-1]) + 1)
+    for n, _ in WARM_UP:
+        model.forward([(cache, [1] * n)])
 
 
 def worker_main(layout, die_index, die, slots, ops=None):

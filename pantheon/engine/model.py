@@ -25,6 +25,7 @@ class Model:
         self.threads = ThreadBudget(threads)
         self.rope = Rope(config.n_rot, config.rope_base, config.neox_rope)
         self._text = None
+        self.heartbeat = None  # a callable forward() calls once per layer (a server's liveness signal)
 
     @property
     def tokenizer(self):
@@ -73,6 +74,8 @@ class Model:
         cos, sin = self.rope.tables(pos)  # [N, 1, n_rot/2] each
         x = dequantize_rows(self.weights.token_embd, toks)  # [N, dim]
         for li, blk in enumerate(self.weights.blocks):
+            if self.heartbeat is not None:
+                self.heartbeat()  # a server's hang detector hears from a long forward once per layer
             h = rms_norm(x, blk.attn_norm, self.config.norm_eps)  # [N, dim]
             x += qmatmul([blk.wo], self._attention(li, blk, h, segs, cos, sin))[0]  # [N, dim]
             h = rms_norm(x, blk.ffn_norm, self.config.norm_eps)  # [N, dim]

@@ -542,7 +542,7 @@ def cuda_visible_devices(environ=os.environ):
 class Operations:
     """Operational knobs read from the environment (documented in docs/reliability.md and docs/memory.md)."""
 
-    hang_timeout: float = 60.0  # PANTHEON_HANG_TIMEOUT: a die whose heartbeat is older is hung
+    hang_timeout: float = 10.0  # PANTHEON_HANG_TIMEOUT: a die whose heartbeat is older is stalled, then replaced
     chaos_hooks: bool = False  # PANTHEON_CHAOS_HOOKS=1: workers exit via os._exit on SIGUSR1 (soak tests)
     pressure_file: Optional[str] = None  # PANTHEON_PRESSURE_FILE: "available total" bytes, for tests
     restart_intensity: int = 5  # PANTHEON_RESTART_INTENSITY: more restarts than this per period -> FAILED
@@ -562,7 +562,7 @@ def _env_number(environ, name, default, kind, hi):
 
 
 def operations_from_env(environ=os.environ):
-    return Operations(_env_number(environ, "PANTHEON_HANG_TIMEOUT", 60.0, float, 86400),
+    return Operations(_env_number(environ, "PANTHEON_HANG_TIMEOUT", 10.0, float, 86400),
                       environ.get("PANTHEON_CHAOS_HOOKS", "").strip() == "1",
                       environ.get("PANTHEON_PRESSURE_FILE") or None,
                       _env_number(environ, "PANTHEON_RESTART_INTENSITY", 5, int, 100000),

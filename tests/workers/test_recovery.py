@@ -198,3 +198,79 @@ def test_a_killed_supervisor_takes_every_child_and_the_next_start_is_clean(serve
     assert wait_for(lambda: all_up(again), 20)
     assert_serves(again, oracle)
     assert again.stop() == 0 and owned_entries(again.proc.pid) == []
+
+
+def _stream_in_thread(server, start_id, n, on_open=None):
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(out=stream(server.url, start_id, n, on_open=on_open)))
+    thread.start()
+    return thread, box
+
+
+def test_a_stopped_worker_shows_stalled_and_its_stream_moves_within_seconds(servers, model, oracle):
+    """SIGSTOP freezes a worker mid-stream (heartbeat and all): with the default hang timeout the die
+    shows `stalled` in /health and the stream finishes on the other replica, unbroken and in order."""
+    srv = start(servers, model)
+    stopped = {}
+
+    def freeze(out):
+        stopped["pid"] = dies(srv)[out.replica]["pid"]
+        stopped["at"] = time.monotonic()
+        os.kill(stopped["pid"], signal.SIGSTOP)
+
+    thread, box = _stream_in_thread(srv, 300, 400, on_open=freeze)
+    assert wait_for(lambda: "pid" in stopped, 30)
+    replica = next(name for name, d in dies(srv).items() if d["pid"] == stopped["pid"])
+    stalled = wait_for(lambda: json.loads(srv.get("/health")[1])["dies"][replica] == "stalled", 15)
+    assert stalled, srv.get("/health")
+    thread.join(60)
+    out = box["out"]
+    assert out.ended_once() and out.text == oracle.text(300, 400), oracle.first_difference(out)
+    assert out.ended - stopped["at"] < 20, out.ended - stopped["at"]
+    assert restarted(srv, replica, stopped["pid"], timeout=30)
+
+
+def test_poison_pill_a_request_at_two_worker_deaths_ends_with_an_error(servers, model, oracle):
+    """Resubmitted after the first death, ended with an error event after the second: never a third try."""
+    srv = start(servers, model)
+    first = {}
+
+    def kill_first(out):
+        first["pid"] = dies(srv)[out.replica]["pid"]
+        first["name"] = out.replica
+        os.kill(first["pid"], signal.SIGKILL)
+
+    thread, box = _stream_in_thread(srv, 500, 1800, on_open=kill_first)
+    assert wait_for(lambda: "pid" in first, 30)
+    other = next(name for name in dies(srv) if name != first["name"])
+    moved = wait_for(lambda: (lambda d: d["in_flight"] > 0 and d)(dies(srv)[other]), 10, step=0.01)
+    assert moved, dies(srv)
+    os.kill(moved["pid"], signal.SIGKILL)
+    thread.join(60)
+    out = box["out"]
+    assert out.status == 200 and len(out.errors) == 1 and out.dones == 1, out
+    assert "poison-pill" in out.errors[0]["message"], out.errors
+    assert wait_for(lambda: all_up(srv), 30), dies(srv)
+    assert_serves(srv, oracle)
+
+
+def test_unload_then_load_on_a_failed_die_serves_again(servers, model, oracle):
+    srv = Server(["--cpu-dies", "2", "--http-workers", "1", "--model", model, "--name", "a", "--dies", "cpu0",
+                  "--model", model, "--name", "b", "--dies", "cpu1"],
+                 env={"PANTHEON_RESTART_INTENSITY": "1", "PANTHEON_RESTART_PERIOD": "60"})
+    servers.append(srv)
+    assert wait_for(lambda: all_up(srv), 30), dies(srv)
+    for _ in range(2):
+        pid = dies(srv)["cpu0"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: dies(srv)["cpu0"]["pid"] not in (0, pid) or dies(srv)["cpu0"]["state"] == "failed", 15)
+    assert wait_for(lambda: dies(srv)["cpu0"]["state"] == "failed", 15), dies(srv)
+    status, raw, _ = srv.request("POST", "/admin/models/unload", {"name": "a"}, timeout=60)
+    assert status == 200, raw
+    started = time.monotonic()
+    status, raw, _ = srv.request("POST", "/admin/models/load", {"path": model, "name": "a", "dies": ["cpu0"],
+                                                                "timeout": 60}, timeout=90)
+    assert status == 200 and json.loads(raw)["model"]["state"] == "loaded", raw
+    assert time.monotonic() - started < 30 and dies(srv)["cpu0"]["state"] == "up"
+    status, raw, _ = srv.request("POST", "/v1/completions", {"model": "a", "prompt": [5], "max_tokens": 3})
+    assert status == 200, raw
