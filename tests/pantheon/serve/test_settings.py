@@ -40,9 +40,9 @@ def test_one_model_defaults():
                             ops=settings.Operations())
 
 
-@pytest.mark.parametrize("env,hang,chaos", [({}, 60.0, False), ({"PANTHEON_HANG_TIMEOUT": " 2.5 "}, 2.5, False),
-                                            ({"PANTHEON_CHAOS_HOOKS": "1"}, 60.0, True),
-                                            ({"PANTHEON_CHAOS_HOOKS": "yes"}, 60.0, False)])
+@pytest.mark.parametrize("env,hang,chaos", [({}, 10.0, False), ({"PANTHEON_HANG_TIMEOUT": " 2.5 "}, 2.5, False),
+                                            ({"PANTHEON_CHAOS_HOOKS": "1"}, 10.0, True),
+                                            ({"PANTHEON_CHAOS_HOOKS": "yes"}, 10.0, False)])
 def test_operations_from_env(env, hang, chaos):
     ops = settings.operations_from_env(env)
     assert (ops.hang_timeout, ops.chaos_hooks) == (hang, chaos)
