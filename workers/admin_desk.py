@@ -12,7 +12,11 @@ from pantheon.errors import PantheonError, UsageError
 from workers.tables import SLOT_EMPTY, SLOT_UNLOADING, text
 
 MAX_CTX = 1 << 20
+CRITICAL = 3  # pantheon.serve.memory.PressureLevel.CRITICAL, as stored in the instance record
+CRITICAL_RETRY_S = 5
 MIN_MODEL_BYTES = 24  # a GGUF header
+MAX_NAME_BYTES = 64     # the slot record's name field (workers/tables.py, S64)
+MAX_PATH_BYTES = 1024   # the slot record's path field (S1024), checked on the resolved path too
 
 
 class Refusal(Exception):
@@ -86,10 +90,11 @@ class AdminDesk:
     def _spec(self, body):
         from pantheon.serve.settings import ModelSpec
 
-        path = self._confined(_field(body, "path", str))
+        path = self._confined(_fits("path", _field(body, "path", str), MAX_PATH_BYTES))
         config = _field(body, "config", str, None)
-        config = self._confined(config, "config") if config else ""
-        name = _field(body, "name", str, os.path.basename(path)) or os.path.basename(path)
+        config = self._confined(_fits("config", config, MAX_PATH_BYTES), "config") if config else ""
+        name = _fits("name", _field(body, "name", str, os.path.basename(path)) or os.path.basename(path),
+                     MAX_NAME_BYTES)
         if any(text(rec["name"]) == name for _, rec in self.sup.layout.tables.live_slots()):
             raise Refusal(409, "name_exists", f"a model named {name!r} is already served; unload it first")
         dies = _field(body, "dies", (list, str), ["cpu0"])
@@ -118,10 +123,11 @@ class AdminDesk:
         if st is None or not (stat.S_ISREG(st.st_mode) and st.st_size >= MIN_MODEL_BYTES
                               or param == "path" and stat.S_ISDIR(st.st_mode)):
             raise Refusal(400, "invalid_path", f"{param} {path!r} is not a readable model file", param=param)
-        return full
+        return _fits(param, full, MAX_PATH_BYTES)
 
     def _admit(self, spec, slots):
-        """Pre-flight: open the header (typed errors become 400) and check the memory estimate."""
+        """Pre-flight: open the header (typed errors become 400), check the memory estimate (409 when it
+        does not fit), and refuse any load while pressure is CRITICAL (503), as docs/memory.md says."""
         from pantheon.source import model_config
 
         try:
@@ -133,6 +139,9 @@ class AdminDesk:
         if verdict.kind in ("DOES-NOT-FIT", "REFUSED"):
             raise Refusal(409, "does_not_fit", f"{spec.name} does not fit: {verdict.reason}",
                           estimate=_numbers(verdict))
+        if self.sup.layout.tables.instance[0]["pressure"] >= CRITICAL:
+            raise Refusal(503, "memory_pressure", "memory pressure is CRITICAL: loads are refused until it eases",
+                          retry_after=CRITICAL_RETRY_S)
 
     def _unload(self, front, rid, body):
         name = _field(body, "name", str, None)
@@ -182,6 +191,15 @@ def _field(body, key, kinds, default=...):
     if not isinstance(body[key], kinds) or isinstance(body[key], bool):
         raise Refusal(400, "invalid_type", f"{key!r} has the wrong type", param=key)
     return body[key]
+
+
+def _fits(key, value, limit):
+    """`value` when its UTF-8 fits the slot record's fixed-width field; a 400 naming `key`, never a
+    silent truncation (a truncated path opened another file; truncated names collided)."""
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise Refusal(400, "invalid_value", f"{key!r} is {size} bytes; at most {limit} fit", param=key)
+    return value
 
 
 def _bounded(body, key, lo, hi, default):

@@ -112,6 +112,9 @@ class Dispatcher:
             return self._error(front, p.rid, protocol.E_UNAVAILABLE, f"{CRITICAL_RETRY_S}|memory pressure is CRITICAL")
         if self.tables.read_slot(job.slot)["state"] != SLOT_LOADED or not self.replicas(job.slot):
             return self._error(front, p.rid, protocol.E_UNAVAILABLE, "1|no live replica of this model")
+        if self._sessions_full(p):
+            return self._error(front, p.rid, protocol.E_OVERLOADED,
+                               f"{self.retry_after(p.slot)}|every session of this model is active (--max-sessions)")
         if self._try_start(p):
             return self._ack(front, p.rid, p.die)
         queue = self.queued.setdefault(p.slot, deque())
@@ -119,6 +122,16 @@ class Dispatcher:
             return self._error(front, p.rid, protocol.E_OVERLOADED, str(self.retry_after(p.slot)))
         queue.append(p)
         self._ack(front, p.rid, QUEUED)
+
+    def _sessions_full(self, p):
+        """A request of a new session while --max-sessions sessions (per live replica) are running or
+        queued is refused, not allowed to evict an active session's cache."""
+        if not p.session:
+            return False
+        waiting = self.queued.get(p.slot, ())
+        active = {q.session for q in (*self.running.values(), *waiting) if q.slot == p.slot and q.session}
+        cap = max(1, int(self.tables.read_slot(p.slot)["max_sessions"])) * max(1, len(self.replicas(p.slot)))
+        return p.session not in active and len(active) >= cap
 
     def _max_concurrent(self, slot):
         return max(1, int(self.tables.read_slot(slot)["max_concurrent"]))

@@ -10,6 +10,7 @@ from pantheon.serve.http.app import create_app
 from pantheon.serve.metrics import Recorder
 from pantheon.serve.http.admin import admin_enabled
 from workers.fleet_report import start_registrar
+from workers.http_server import create_front_server
 from workers.ring_admin import RingAdmin
 from workers.ring_backend import RingBackend
 
@@ -18,8 +19,6 @@ FLUSH_S = 1.0  # for the error events of streams that outlived the drain to reac
 
 
 def front_main(layout, f, sock, config):
-    from workers.http_server import create_front_server
-
     backend = RingBackend(layout, f, {m.name: m.chat_template for m in config.models if m.chat_template})
     backend.start()
     recorder = Recorder(layout.metrics, layout.metrics_rows, row=f)

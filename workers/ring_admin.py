@@ -6,7 +6,8 @@ import time
 
 from ipc import Kind
 from ipc.messages import decode_error
-from workers.worker import slot_context
+from pantheon.serve.http.admin import AdminRefused
+from workers.slots import slot_context
 from workers.tables import SLOT_FAILED, SLOT_LOADED, SLOT_STATES, text
 
 MAX_TIMEOUT_S = 3600
@@ -75,8 +76,6 @@ class RingAdmin:
 
     def _ask(self, kind, body, timeout):
         """Send an admin record to the supervisor and wait for its STATUS (JSON) or ERROR (status, JSON)."""
-        from pantheon.serve.http.admin import AdminRefused
-
         rid = self.backend.new_id()
         reply = queue.Queue()
         self.backend.register(rid, _Mailbox(reply))
@@ -101,8 +100,6 @@ class RingAdmin:
     def load_progress(self, body):
         """Yield {"state", "elapsed_s"} about every half second while loading, then the final {"model"}.
         Refusals and failures raise AdminRefused (before the first event when refused up front)."""
-        from pantheon.serve.http.admin import AdminRefused
-
         timeout = _timeout(body, 600)
         started = time.monotonic()
         slot = self._ask(Kind.LOAD, body, 60)["slot"]
@@ -128,8 +125,6 @@ class RingAdmin:
 
 def _timeout(body, default):
     """The request's "timeout" in seconds, 0..3600; anything else is a 400 (never a 504 straight away)."""
-    from pantheon.serve.http.admin import AdminRefused
-
     value = body.get("timeout")
     if value is None:
         return default

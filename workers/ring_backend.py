@@ -10,11 +10,12 @@ import time
 from ipc import Kind
 from ipc.messages import decode_error
 from ipc.mux import Mux
+from pantheon.serve.metrics import pressure_lines
 from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, ServedModel, Tokens,
                                    Unavailable, UnknownModel)
 from workers import protocol
-from workers.worker import context_size, slot_context
-from workers.tables import DIE_UP, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
+from workers.slots import context_size, slot_context
+from workers.tables import DIE_UP, PRESSURE_LEVELS, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
 ACK_TIMEOUT_S = 30.0
 MAX_DEATHS = 2  # poison-pill rule: a request in flight at this many worker deaths is not tried again
@@ -167,7 +168,11 @@ def _refusal(msg):
     err = decode_error(bytes(msg.payload))
     detail = err.detail.decode("utf-8", "replace")
     if err.code == protocol.E_OVERLOADED:
-        return Overloaded("all replicas are busy and the queue is full", retry_after=float(detail or 1))
+        retry, _, why = detail.partition("|")
+        try:
+            return Overloaded(why or "all replicas are busy and the queue is full", retry_after=float(retry or 1))
+        except ValueError:
+            return Overloaded(detail, retry_after=1.0)
     if err.code == protocol.E_UNAVAILABLE:
         retry, _, text_ = detail.partition("|")
         try:
@@ -307,7 +312,7 @@ class RingBackend:
         serving = any(m.state == "loaded" and m.replicas > 0 for m in models) and not self.draining
         dies = {d.name: DIE_STATES[self.tables.dies[i]["state"]] for i, d in enumerate(self.layout.die_list or ())}
         status = "draining" if self.draining else "ok" if serving else "unavailable"
-        body = {"status": status,
+        body = {"status": status, "pressure": PRESSURE_LEVELS[self.tables.instance[0]["pressure"]],
                 "models": {m.name: {"state": m.state, "replicas": m.replicas, "n_ctx": m.n_ctx,
                                     **({"reason": m.details["reason"]} if m.details["reason"] else {})}
                            for m in models},
@@ -315,7 +320,9 @@ class RingBackend:
         return serving, body
 
     def metrics(self):
-        return self.layout.metrics.render(self.layout.metrics_rows)
+        inst = self.tables.instance[0]
+        return self.layout.metrics.render(self.layout.metrics_rows) + pressure_lines(
+            inst["pressure"], inst["ram_available"], inst["ram_total"])
 
 
 def _context(rec):

@@ -1,8 +1,11 @@
 """Model slots of the instance: one per served name, its replicas' dies, its state derived from the dies."""
 
+import functools
 import time
 
 from pantheon.errors import UsageError
+from pantheon.gguf.config import config_from_metadata
+from pantheon.gguf.file import open_gguf
 from workers.tables import (DIE_FAILED, DIE_UP, MAX_SLOTS, SLOT_EMPTY, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING,
                             SLOT_UNLOADING, text)
 
@@ -110,3 +113,21 @@ class SlotBook:
         for i in self.slots_on(d):
             if self._state(tables, i, self.slots[i]["dies"]) == SLOT_FAILED:
                 tables.write_slot(i, state=SLOT_FAILED, reason=reasons.get(i, detail)[:250])
+
+
+DEFAULT_CTX = 4096
+
+
+def context_size(ctx_cap, n_ctx_train):
+    """Tokens per sequence: the --ctx-cap (or 4096), never beyond what the model was trained for."""
+    return min(ctx_cap or DEFAULT_CTX, n_ctx_train)
+
+
+@functools.lru_cache(maxsize=256)
+def slot_context(path, ctx_cap, version):
+    """The context a slot really serves (what the engine gets), read from the GGUF header once per slot
+    version; the cap alone when the file cannot be read (its slot state already says why)."""
+    try:
+        return context_size(ctx_cap, config_from_metadata(open_gguf(path).metadata).n_ctx_train)
+    except Exception:
+        return ctx_cap or DEFAULT_CTX

@@ -18,7 +18,7 @@ from workers.layout import Layout
 from workers.lifecycle import adopt_parent_death, reset_signals
 from workers.restarts import RestartPolicy
 from workers.slots import SlotBook
-from workers.worker import slot_context
+from workers.slots import slot_context
 from ipc import Kind
 from workers.admin_desk import AdminDesk
 from workers.pressure import PressureWatch

@@ -1,7 +1,6 @@
 """A die worker: owns the models placed on one die, runs their engines, streams tokens to the fronts."""
 
 import faulthandler
-import functools
 import os
 import signal
 import sys
@@ -11,30 +10,12 @@ import traceback
 from ipc import Kind
 from workers import protocol
 from workers.lifecycle import heartbeat_interval
+from workers.slots import context_size
 from workers.tables import text
 
 IDLE_WAIT_S = 0.05
 LOAD_GRACE_S = 900.0  # a die loading a model at run time is not judged by its heartbeat meanwhile
 WARM_UP = ((20, 0), (3, 20), (1, 23))  # (new tokens, cached before): prefill tiles, small batch, decode
-DEFAULT_CTX = 4096
-
-
-def context_size(ctx_cap, n_ctx_train):
-    """Tokens per sequence: the --ctx-cap (or 4096), never beyond what the model was trained for."""
-    return min(ctx_cap or DEFAULT_CTX, n_ctx_train)
-
-
-@functools.lru_cache(maxsize=256)
-def slot_context(path, ctx_cap, version):
-    """The context a slot really serves (what the engine gets), read from the GGUF header once per slot
-    version; the cap alone when the file cannot be read (its slot state already says why)."""
-    from pantheon.gguf.config import config_from_metadata
-    from pantheon.gguf.file import open_gguf
-
-    try:
-        return context_size(ctx_cap, config_from_metadata(open_gguf(path).metadata).n_ctx_train)
-    except Exception:
-        return ctx_cap or DEFAULT_CTX
 
 
 class DieWorker:

@@ -151,6 +151,17 @@ class Recorder:
             hist[-1] += count
 
 
+def pressure_lines(level, available, total):
+    """The instance's memory pressure as gauges (the supervisor owns them; fronts read the shared record)."""
+    return "\n".join([
+        "# HELP pantheon_memory_pressure Memory pressure level: 0 OK, 1 WATCH, 2 TIGHT, 3 CRITICAL.",
+        "# TYPE pantheon_memory_pressure gauge", f"pantheon_memory_pressure {int(level)}",
+        "# HELP pantheon_ram_available_bytes RAM available to the instance (host and cgroup limits).",
+        "# TYPE pantheon_ram_available_bytes gauge", f"pantheon_ram_available_bytes {_number(available)}",
+        "# HELP pantheon_ram_total_bytes RAM the instance may use in all.",
+        "# TYPE pantheon_ram_total_bytes gauge", f"pantheon_ram_total_bytes {_number(total)}"]) + "\n"
+
+
 def _line(name, labels, value):
     inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
     return f"pantheon_{name}{{{inner}}} {_number(value)}"

@@ -2,6 +2,8 @@
 
 from hypothesis import strategies as st
 
+from pantheon.serve.http import validate
+
 F32_MAX, F32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
 EXTREME_NUMBERS = [F32_MAX, -F32_MAX, 3.5e38, -3e38, 1e39, F32_TINY, 1e-38, 1e-45, 5e-324, -5e-324, 0.0, -0.0,
                    2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**63, 2**64, -2**63 - 1, 10**30, -1, 0, 1, 0.5, 1.0000001]
@@ -39,14 +41,22 @@ SAMPLING = {
 # max_tokens stays small when valid (the fuzz is about refusals, not long generations)
 MAX_TOKENS = st.one_of(st.integers(1, 4), numbers, junk)
 
+
+
+def every_field(schema, specific, required):
+    """Each field of the endpoint's schema: a specific strategy where one is written, junk otherwise,
+    so a field added to the schema is fuzzed without editing this file."""
+    return {k: specific.get(k, junk) for k in schema if k not in required}
+
+
 completions = st.fixed_dictionaries(
     {"prompt": field(st.one_of(st.text(max_size=40), st.lists(st.integers(-5, 5000), min_size=1, max_size=8))),
      "max_tokens": MAX_TOKENS},
-    optional=dict(SAMPLING, echo=junk, logprobs=junk, best_of=junk, suffix=junk, extra=junk))
+    optional=dict(every_field(validate.COMPLETIONS, SAMPLING, ("prompt", "max_tokens")), extra=junk))
 chat = st.fixed_dictionaries(
     {"messages": field(st.lists(message, min_size=1, max_size=3)), "max_tokens": MAX_TOKENS},
-    optional=dict(SAMPLING, tools=junk, tool_choice=junk, response_format=junk, logprobs=junk,
-                  max_completion_tokens=field(st.integers(1, 4)), top_logprobs=junk))
+    optional=dict(every_field(validate.CHAT, dict(SAMPLING, max_completion_tokens=field(st.integers(1, 4))),
+                              ("messages", "max_tokens")), extra=junk))
 tokenize = st.fixed_dictionaries({"content": field(st.text(max_size=40))},
                                  optional={"model": field(st.just("m")), "add_special": junk,
                                            "parse_special": junk, "with_pieces": junk})

@@ -171,6 +171,11 @@ def test_pressure_levels_gate_new_turns(server):
             assert server.request("POST", "/v1/chat/completions", chat, headers=USER)[0] == 200
     status, raw, headers = server.request("POST", "/v1/chat/completions", chat, headers=USER)
     assert status == 503 and int(headers["Retry-After"]) >= 1 and "CRITICAL" in json.loads(raw)["error"]["message"]
+    status, reply, _ = admin(server, "POST", "/admin/models/load", {"path": "qwen2-q8_0.gguf", "name": "late"})
+    assert status == 503 and reply["error"]["code"] == "memory_pressure", reply
+    health = json.loads(server.get("/health")[1])
+    assert health["pressure"] == "CRITICAL", health
+    assert "pantheon_memory_pressure 3" in server.request("GET", "/metrics", headers=USER)[1].decode()
     write_pressure(server.pressure, 20 * GIB)
     wait_level(server, "OK")
     assert server.request("POST", "/v1/chat/completions", chat, headers=USER)[0] == 200

@@ -234,3 +234,30 @@ def test_sigterm_drain_refuses_new_work_and_ends_outliving_streams_with_error_an
         assert srv.proc.wait(20) == 0
     finally:
         srv.kill_tree()
+
+
+def test_max_sessions_refuses_a_new_session_with_429_when_every_session_is_active():
+    srv = Server(["--model", str(demo_model_path()), "--name", "m", "--max-sessions", "1", "--max-concurrent", "2"],
+                 env={"PANTHEON_HANG_TIMEOUT": "600"})
+    try:
+        sock, _ = srv.open_stream({"model": "m", "prompt": "The", "max_tokens": 250, "user": "alice"})
+        worker = psutil.Process(die_pids(srv)["cpu0"])
+        worker.suspend()  # alice's session stays active for as long as the test needs
+        try:
+            status, raw, headers = srv.request("POST", "/v1/completions",
+                                               {"model": "m", "prompt": "x", "max_tokens": 2, "user": "bob"})
+        finally:
+            worker.resume()
+        assert status == 429 and int(headers["Retry-After"]) >= 1, raw
+        assert "max-sessions" in json.loads(raw)["error"]["message"]
+        sock.close()
+        status, raw, _ = srv.request("POST", "/v1/completions",
+                                     {"model": "m", "prompt": "x", "max_tokens": 2, "user": "bob"})
+        deadline = time.monotonic() + 20
+        while status == 429 and time.monotonic() < deadline:  # alice's cancelled stream drains first
+            time.sleep(0.2)
+            status, raw, _ = srv.request("POST", "/v1/completions",
+                                         {"model": "m", "prompt": "x", "max_tokens": 2, "user": "bob"})
+        assert status == 200, raw
+    finally:
+        srv.kill_tree()
