@@ -14,7 +14,6 @@ from workers.tables import SLOT_EMPTY, SLOT_UNLOADING, text
 MAX_CTX = 1 << 20
 CRITICAL = 3  # pantheon.serve.memory.PressureLevel.CRITICAL, as stored in the instance record
 CRITICAL_RETRY_S = 5
-MIN_MODEL_BYTES = 24  # a GGUF header
 MAX_NAME_BYTES = 64     # the slot record's name field (workers/tables.py, S64)
 MAX_PATH_BYTES = 1024   # the slot record's path field (S1024), checked on the resolved path too
 
@@ -119,8 +118,8 @@ class AdminDesk:
             st = os.stat(full)
         except (OSError, ValueError):
             st = None
-        # /proc/self/mem and friends are "regular" files of size 0: a model file has at least a header
-        if st is None or not (stat.S_ISREG(st.st_mode) and st.st_size >= MIN_MODEL_BYTES
+        # /proc/self/mem and friends are "regular" files of size 0, and mapping them is no model load
+        if st is None or not (stat.S_ISREG(st.st_mode) and st.st_size > 0
                               or param == "path" and stat.S_ISDIR(st.st_mode)):
             raise Refusal(400, "invalid_path", f"{param} {path!r} is not a readable model file", param=param)
         return _fits(param, full, MAX_PATH_BYTES)

@@ -14,7 +14,7 @@ from workers.http_server import create_front_server
 from workers.ring_admin import RingAdmin
 from workers.ring_backend import RingBackend
 
-DRAIN_S = 7.0  # under the supervisor's GRACE_S, which then kills what is left
+DRAIN_S = 10.0  # under the supervisor's GRACE_S, which then kills what is left
 FLUSH_S = 1.0  # for the error events of streams that outlived the drain to reach their sockets
 
 

@@ -25,7 +25,7 @@ from workers.pressure import PressureWatch
 from workers.tables import (DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STALLED, DIE_STARTING, DIE_UP, SLOT_LOADING, SLOT_STATES,
                             text)
 
-GRACE_S = 10.0
+GRACE_S = 12.0  # the fronts' drain (workers/front.py DRAIN_S) plus time to flush and exit
 ABORT_GRACE_S = 2.0
 FREE_CACHES = 1  # STATUS to a die: drop the prefix caches of idle sessions  # after SIGABRT, a hung worker gets this long to dump its stack before SIGKILL
 

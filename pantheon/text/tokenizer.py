@@ -230,11 +230,13 @@ class Tokenizer:
 
     @functools.cached_property
     def max_token_chars(self):
-        """The most characters of text one token can stand for (bounded by its byte length), >= 1.
+        """At least the most characters of text one token can stand for, >= 1.
 
-        A text longer than n * max_token_chars needs more than n tokens, which lets a caller refuse
-        it without paying for tokenization (whose cost and memory grow with the text)."""
-        return max(1, max(len(self.token_bytes(t, special=True)) for t in range(self.n_vocab)))
+        A token's vocabulary spelling has a character per text character it covers (SPM, with '\u2581'
+        for a space; specials spell their text) or per byte (byte-level BPE, byte tokens like '<0x41>'),
+        so the longest spelling bounds it. A text longer than n * max_token_chars needs more than n
+        tokens, which lets a caller refuse it without paying for tokenization."""
+        return max(1, max(map(len, self.tokens)))
 
     # ---- decoding -------------------------------------------------------------------------------
 

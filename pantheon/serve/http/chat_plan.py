@@ -4,6 +4,7 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
+from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.errors import RequestError
 from pantheon.text import grammar as grammars
 from pantheon.text import tool_formats
