@@ -37,7 +37,8 @@ class RingAdmin:
         return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": self._die_names(rec["dies"]),
                 "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
                 "in_flight": int(self.tables.slot_in_flight[i]),
-                "ctx": slot_context(text(rec["path"]), int(rec["ctx_cap"]), int(rec["version"])),
+                "ctx": slot_context(text(rec["path"]), text(rec["config"]), int(rec["ctx_cap"]),
+                                    int(rec["version"])),
                 "memory": self._memory(i, rec)}
 
     def _memory(self, i, rec):

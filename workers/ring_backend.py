@@ -326,7 +326,7 @@ class RingBackend:
 
 
 def _context(rec):
-    return slot_context(text(rec["path"]), int(rec["ctx_cap"]), int(rec["version"]))
+    return slot_context(text(rec["path"]), text(rec["config"]), int(rec["ctx_cap"]), int(rec["version"]))
 
 
 def _open_served(rec, template=None):

@@ -4,8 +4,7 @@ import functools
 import time
 
 from pantheon.errors import UsageError
-from pantheon.gguf.config import config_from_metadata
-from pantheon.gguf.file import open_gguf
+from pantheon.source import model_config
 from workers.tables import (DIE_FAILED, DIE_UP, MAX_SLOTS, SLOT_EMPTY, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING,
                             SLOT_UNLOADING, text)
 
@@ -124,10 +123,10 @@ def context_size(ctx_cap, n_ctx_train):
 
 
 @functools.lru_cache(maxsize=256)
-def slot_context(path, ctx_cap, version):
+def slot_context(path, config, ctx_cap, version):
     """The context a slot really serves (what the engine gets), read from the GGUF header once per slot
     version; the cap alone when the file cannot be read (its slot state already says why)."""
     try:
-        return context_size(ctx_cap, config_from_metadata(open_gguf(path).metadata).n_ctx_train)
+        return context_size(ctx_cap, model_config(path, config or None).n_ctx_train)
     except Exception:
         return ctx_cap or DEFAULT_CTX

@@ -322,7 +322,8 @@ class Supervisor:
                 "split": [g.split("+") for g in text(rec["split"]).split(",") if g],
                 "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
                 "in_flight": self.dispatcher.slot_in_flight(i),
-                "ctx": slot_context(text(rec["path"]), int(rec["ctx_cap"]), int(rec["version"]))}
+                "ctx": slot_context(text(rec["path"]), text(rec["config"]), int(rec["ctx_cap"]),
+                                    int(rec["version"]))}
 
     def fit_verdict(self, path, dies, ctx, slots, sessions, shared=None, config=None):
         """The estimator's verdict against the RAM available now (the pressure source) and free VRAM;
