@@ -51,13 +51,16 @@ class DieWorker:
                     model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]),
                                        config=text(rec["config"]) or None)
                     n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
-                    _warm_up(model, n_ctx)
-                    model.heartbeat = self._beat
                 cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
                                    max_sessions=int(rec["max_sessions"]))
                 self.engines[i] = Engine(model, cfg)
-                self.rec["loaded"] |= 1 << i
+                self.rec["loaded"] |= 1 << i  # the die may go up now; requests wait in the ring meanwhile
+                if self.die.kind == "cpu":
+                    _warm_up(model, n_ctx)
+                    model.heartbeat = self._beat
             except Exception as e:  # a model that cannot load must not take the die's other models down
+                self.engines.pop(i, None)
+                self.rec["loaded"] = int(self.rec["loaded"]) & ~(1 << i)
                 self.rec["failed"] |= 1 << i
                 self._status(i, f"failed: {type(e).__name__}: {e}")
         self._beat()

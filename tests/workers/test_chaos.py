@@ -94,6 +94,8 @@ def _account(results, strikes, oracle):
         counts["requests"] += 1
         if not out.ended_once():
             problems.append(f"not ended exactly once: {out}")
+        elif _poison_pill(out, strikes, oracle):
+            counts["ended by the poison-pill rule"] += 1
         elif out.status != 200 or out.errors:
             counts["failed"] += 1
             problems.append(f"failed although a replica was live: {out.status} {out.errors}")
@@ -107,6 +109,14 @@ def _account(results, strikes, oracle):
     for s in strikes:
         counts[f"strikes {s.fault}"] += 1
     return counts, problems
+
+
+def _poison_pill(out, strikes, oracle):
+    """A stream in flight at two strikes may end with one poison-pill error after a correct prefix: a
+    request present at two worker deaths is not tried a third time (docs/reliability.md, guarantee 6)."""
+    during = [s for s in strikes if out.began <= s.at <= out.ended]
+    return (out.status == 200 and len(out.errors) == 1 and "poison-pill" in out.errors[0].get("message", "")
+            and len(during) >= 2 and oracle.text(out.start, out.n).startswith(out.text))
 
 
 def _exit_codes_logged(server, strikes):
@@ -167,7 +177,8 @@ def _report(counts, strikes, final, warm, end):
 
 def _check(server, counts, problems, strikes, final, warm, end):
     assert not problems, "\n".join(problems[:20])
-    assert counts["requests"] == counts["exact"] > 0
+    assert counts["requests"] == counts["exact"] + counts["ended by the poison-pill rule"]
+    assert counts["exact"] > 0
     assert len(strikes) >= len(FAULTS) and counts["survived a strike on its replica"] > 0
     for name, d in final.items():
         assert d["restarts"] == sum(s.die == name for s in strikes), f"die {name}: restarts != strikes"
