@@ -181,7 +181,7 @@ def test_ten_thousand_refused_requests_leave_rss_flat(server):
     kids = server.children()
     client = Client(server)
     bad = [b'{"model": "m", "prompt": "x", "top_k": 2147483648}', b'{"model": "m", "prompt": [99999]}',
-           b'{"model": "nope", "prompt": "x"}', b'{"model": "m", "messages": [{"role": ["user"]}]}',
+           b'{"model": "m", "prompt": "x", "temperature": -1}', b'{"model": "m", "messages": [{"role": ["user"]}]}',
            b"[" * 5000]
 
     def burst(n):
