@@ -14,7 +14,7 @@ from pantheon.serve.metrics import pressure_lines
 from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, ServedModel, Tokens,
                                    Unavailable, UnknownModel)
 from workers import protocol
-from workers.slots import context_size, slot_context
+from workers.slots import context_size
 from workers.tables import DIE_UP, PRESSURE_LEVELS, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
 ACK_TIMEOUT_S = 30.0
@@ -323,10 +323,6 @@ class RingBackend:
         inst = self.tables.instance[0]
         return self.layout.metrics.render(self.layout.metrics_rows) + pressure_lines(
             inst["pressure"], inst["ram_available"], inst["ram_total"])
-
-
-def _context(rec):
-    return slot_context(text(rec["path"]), text(rec["config"]), int(rec["ctx_cap"]), int(rec["version"]))
 
 
 def _open_served(rec, template=None):
