@@ -186,12 +186,16 @@ def test_idle_consumer_uses_under_two_percent_of_a_core():
     assert wait(fork(child)) == 0
 
 
-def test_receiver_blocks_until_timeout():
-    rx = Channel(nslots=8, slot_size=128).receiver()
+def test_receiver_blocks_until_timeout_then_still_receives():
+    ch = Channel(nslots=8, slot_size=128)
+    rx = ch.receiver()
     t = time.monotonic()
     assert rx.receive(timeout=0.05) is None
     assert 0.045 <= time.monotonic() - t < 1.0
     assert isinstance(rx, Receiver)
+    ch.sender().send(Kind.TOKENS, 7, 1, b"late", timeout=1)
+    m = rx.receive(timeout=1)
+    assert (m.kind, m.request_id, m.seq, bytes(m.payload)) == (Kind.TOKENS, 7, 1, b"late")
 
 
 def test_kill_9_of_the_whole_tree_leaves_nothing_in_dev_shm():

@@ -28,14 +28,18 @@ def test_check_header_refuses(field, args, msg):
         frames.check_header(*args, frag_cap=100, max_message=1000)
 
 
-def test_check_header_accepts_middle_fragment():
-    frames.check_header(MAGIC, VERSION, int(Kind.SUBMIT), 0, 100, 1000, frag_cap=100,
-                        max_message=1000)
+def test_check_header_accepts_a_full_middle_fragment_and_nothing_past_the_limits():
+    """A middle fragment (neither FIRST nor LAST) exactly at both limits passes; one byte more fails."""
+    args = dict(frag_cap=100, max_message=1000)
+    assert frames.check_header(MAGIC, VERSION, int(Kind.SUBMIT), 0, 100, 1000, **args) is None
+    for frag_len, total in ((101, 1000), (100, 1001)):
+        with pytest.raises(FrameError):
+            frames.check_header(MAGIC, VERSION, int(Kind.SUBMIT), 0, frag_len, total, **args)
 
 
 def test_check_ids_ranges():
     frames.check_ids(Kind.DONE, 2**64 - 1, 2**32 - 1, 2**32 - 1)
-    for bad in [(42, 1, 0, 0), (Kind.DONE, -1, 0, 0), (Kind.DONE, 2**64, 0, 0),
+    for bad in [(42, 1, 0, 0), (0, 1, 0, 0), (256, 1, 0, 0), (Kind.DONE, -1, 0, 0), (Kind.DONE, 2**64, 0, 0),
                 (Kind.DONE, 0, 2**32, 0), (Kind.DONE, 0, 0, -1)]:
         with pytest.raises(FrameError):
             frames.check_ids(*bad)

@@ -59,11 +59,10 @@ def test_each_request_reaches_the_model_it_names(server, golden, name, file):
     assert status == 200, body
     reply = json.loads(body)
     assert reply["model"] == name
-    _, tok, _ = server.request("POST", "/tokenize", {"model": name, "content": reply["choices"][0]["text"],
-                                                     "add_special": False})
     want = engine_greedy(golden[file], [1, 213, 540, 867, 1194], 6)
     text = pantheon.open_tokenizer(golden[file]).decode(want)
     assert reply["choices"][0]["text"] == text
+    assert reply["usage"]["completion_tokens"] == len(want)
     assert headers["X-Pantheon-Replica"] == {"qwen": "cpu0", "llama": "cpu1"}[name]
 
 
@@ -83,8 +82,8 @@ def _stream(server, body, headers, out, key):
     conn = http.client.HTTPConnection(server.url.split("//")[1], timeout=60)
     conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json", **headers})
     resp = conn.getresponse()
-    out[key] = {"replica": resp.getheader("X-Pantheon-Replica"), "start": time.monotonic()}
-    resp.read()
+    out[key] = {"replica": resp.getheader("X-Pantheon-Replica"), "start": time.monotonic(), "status": resp.status}
+    out[key]["body"] = resp.read()
     out[key]["end"] = time.monotonic()
     conn.close()
 
@@ -98,6 +97,8 @@ def concurrent(server, n, headers=None, max_tokens=40):
         t.start()
     for t in threads:
         t.join()
+    for o in out.values():
+        assert o["status"] == 200 and o["body"].rstrip().endswith(b"data: [DONE]"), o
     return out
 
 
@@ -113,7 +114,9 @@ def test_session_affinity_and_cached_tokens(server):
     for turn in range(3):
         status, body, headers = server.request("POST", "/v1/chat/completions", {
             "model": "rep", "messages": msgs, "max_tokens": 4, "temperature": 0}, headers={"X-Session-Id": "s-42"})
+        assert status == 200, body
         reply = json.loads(body)
+        assert reply["choices"][0]["finish_reason"] in ("stop", "length") and reply["usage"]["completion_tokens"] <= 4
         seen.add(headers["X-Pantheon-Replica"])
         if turn:
             assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
