@@ -8,8 +8,9 @@ from ipc import messages
 from ipc.errors import FrameError
 from pantheon.engine.sampler import SamplingParams
 
-# SUBMIT's routing record after the sampling struct and prompt ids.
-_ROUTE = struct.Struct("<HHQIIIHH")
+# SUBMIT's routing record after the sampling struct and prompt ids; it ends with repeat_last_n (int32,
+# -1 = whole history), the one sampling field the fixed Sampling struct has no room for.
+_ROUTE = struct.Struct("<HHQIIIHHi")
 _BIAS = struct.Struct("<If")
 _DONE = struct.Struct("<BxxxIII")
 FLAG_RANDOM_SEED = 1
@@ -64,7 +65,7 @@ def encode_job(job):
                                  FLAG_RANDOM_SEED if p.seed is None else 0)
     bias = sorted(p.logit_bias.items())
     route = _ROUTE.pack(job.slot, job.front, job.session, job.reasoning_budget, *job.think_ids,
-                        len(job.stop_ids), len(bias))
+                        len(job.stop_ids), len(bias), p.repeat_last_n)
     extra = b"".join((route, array.array("I", job.stop_ids).tobytes(),
                       b"".join(_BIAS.pack(int(k), float(v)) for k, v in bias), _grammar_blob(job)))
     return messages.encode_submit(sampling, job.prompt, extra)
@@ -80,7 +81,7 @@ def decode_job(body):
     extra = sub.extra
     if len(extra) < _ROUTE.size:
         raise FrameError(f"SUBMIT routing record of {len(extra)} bytes < {_ROUTE.size}")
-    slot, front, session, budget, t_open, t_close, n_stop, n_bias = _ROUTE.unpack_from(extra)
+    slot, front, session, budget, t_open, t_close, n_stop, n_bias, last_n = _ROUTE.unpack_from(extra)
     end_stop = _ROUTE.size + 4 * n_stop
     end_bias = end_stop + _BIAS.size * n_bias
     if end_bias > len(extra):
@@ -90,7 +91,7 @@ def decode_job(body):
     replay, grammar = _read_grammar(bytes(extra[end_bias:]))
     s = sub.sampling
     params = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                            repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
+                            repeat_penalty=s.repeat_penalty, repeat_last_n=last_n, presence_penalty=s.presence_penalty,
                             frequency_penalty=s.frequency_penalty, logit_bias=bias,
                             seed=None if s.flags & FLAG_RANDOM_SEED else s.seed)
     return Job(slot, front, tuple(sub.prompt), s.max_tokens, params, tuple(stops), session, budget,
