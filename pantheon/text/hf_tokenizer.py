@@ -1,5 +1,6 @@
 """The tokenizer of a HuggingFace model: tokenizer.json run by the `tokenizers` library, the reference."""
 
+import functools
 import json
 import os
 
@@ -95,6 +96,17 @@ class HFTokenizer:
         special-token text such as '<|im_start|>' into that token."""
         tok = self._tok if parse_special else self._literal
         return tok.encode(text, add_special_tokens=add_special).ids
+
+    @functools.cached_property
+    def max_token_chars(self):
+        """At least the most characters of text one token can stand for, >= 1 (see Tokenizer's).
+
+        Without a normalizer a token's spelling has a character per text character or byte it covers.
+        A normalizer may compose several code points into one (NFC: at most three, e.g. Hangul jamo),
+        so the bound is widened by four; a text that only fits after stripping long runs of accents
+        is refused as too long, a 400, never a crash."""
+        longest = max(1, max(map(len, self.tokens), default=1))
+        return longest if self._tok.normalizer is None else 4 * longest
 
     def token_text(self, tid):
         """The token's vocabulary spelling."""
