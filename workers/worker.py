@@ -58,6 +58,8 @@ class DieWorker:
                 if self.die.kind == "cpu":
                     _warm_up(model, n_ctx)
                     model.heartbeat = self._beat
+                    # the heartbeat is judged from here on (a cold compile above is not a hang)
+                    print(f"pantheon-worker {self.die.name}: slot {i} kernels ready", file=sys.stderr, flush=True)
             except Exception as e:  # a model that cannot load must not take the die's other models down
                 self.engines.pop(i, None)
                 self.rec["loaded"] = int(self.rec["loaded"]) & ~(1 << i)

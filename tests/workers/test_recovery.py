@@ -40,6 +40,8 @@ def start(servers, model, **env):
     srv = replicated_server(model, env)
     servers.append(srv)
     assert wait_for(lambda: all_up(srv), 30), dies(srv)  # /health is 200 as soon as one replica is up
+    # a die is up before its kernels are warm, and its heartbeat is judged only after that (worker.py)
+    assert wait_for(lambda: srv.log().count("kernels ready") >= 2, 120), srv.log()[-2000:]
     return srv
 
 
