@@ -16,36 +16,45 @@ import urllib.request
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-class Server:
-    """A pantheon-serve process; `url` once it listens; `stop()` sends SIGTERM and waits."""
+class Launched:
+    """A bin/ command started in its own session; its output drained into `lines`, `url` once it listens."""
 
-    def __init__(self, args, ready_timeout=120.0, env=None, program=None):
-        program = program or [str(ROOT / "bin" / "pantheon-serve")]
-        self.proc = subprocess.Popen([sys.executable, *program, "--port", "0", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    def __init__(self, cmd, ready_timeout, env=None):
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})}, start_new_session=True)
         self.lines = []
-        self.url = self._await_listen(ready_timeout)
+        self.url = self._await_listen(ready_timeout, pathlib.Path(cmd[1]).name)
         # keep draining the output: a long run logs more than a pipe holds, and a full pipe blocks the tree
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self._await_health(ready_timeout)
 
     def _read(self):
         for line in self.proc.stdout:
             self.lines.append(line)
 
-    def _await_listen(self, timeout):
+    def _await_listen(self, timeout, what):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError("pantheon-serve exited:\n" + "".join(self.lines))
+                raise RuntimeError(f"{what} exited:\n" + "".join(self.lines))
             self.lines.append(line)
             m = re.search(r"listening on (http://\S+)", line)
             if m:
                 return m.group(1)
-        raise RuntimeError("pantheon-serve did not listen in time")
+        raise RuntimeError(f"{what} did not listen in time")
+
+    def log(self):
+        return "".join(self.lines)
+
+
+class Server(Launched):
+    """A pantheon-serve process; `url` once it listens; `stop()` sends SIGTERM and waits."""
+
+    def __init__(self, args, ready_timeout=120.0, env=None, program=None):
+        program = program or [str(ROOT / "bin" / "pantheon-serve")]
+        super().__init__([sys.executable, *program, "--port", "0", *args], ready_timeout, env)
+        self._await_health(ready_timeout)
 
     def _await_health(self, timeout):
         """Until every model given on the command line has settled (loaded or failed)."""
@@ -95,9 +104,6 @@ class Server:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-
-    def log(self):
-        return "".join(self.lines)
 
     def stop(self, timeout=30):
         if self.proc.poll() is None:

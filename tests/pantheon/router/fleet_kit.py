@@ -3,19 +3,17 @@
 import json
 import os
 import pathlib
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.workers.serving import Server
+from tests.workers.serving import Launched, Server
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -28,36 +26,12 @@ def require_haproxy():
     return path
 
 
-class Router:
+class Router(Launched):
     """A `bin/pantheon router` process on a free port; `stop()` sends SIGTERM and waits."""
 
     def __init__(self, args=(), port=0, env=None):
-        cmd = [sys.executable, str(ROOT / "bin" / "pantheon"), "router", "--port", str(port),
-               "--haproxy", require_haproxy(), *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
-        self.lines = []
-        self.url = self._await_listen(30)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _await_listen(self, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError("pantheon router exited:\n" + "".join(self.lines))
-            self.lines.append(line)
-            m = re.search(r"listening on (http://\S+)", line)
-            if m:
-                return m.group(1)
-        raise RuntimeError("pantheon router did not listen in time")
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def log(self):
-        return "".join(self.lines)
+        super().__init__([sys.executable, str(ROOT / "bin" / "pantheon"), "router", "--port", str(port),
+                          "--haproxy", require_haproxy(), *args], 30, env)
 
     def request(self, method, path, body=None, headers=None, timeout=60):
         return http_request(self.url, method, path, body, headers, timeout)
