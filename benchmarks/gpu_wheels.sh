@@ -7,8 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 SHARED=${PANTHEON_SHARED:-../shared}
-exclude=$(git rev-parse --git-path info/exclude)
-grep -qx '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >> "$exclude"
+# keep .whl/ out of `git status` when this is a clone (CI runs on an export without .git)
+if exclude=$(git rev-parse --git-path info/exclude 2>/dev/null) && [ -d "$(dirname "$exclude")" ]; then
+    grep -qx '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >> "$exclude"
+fi
 WHL=${WHEEL_DIR:-.whl}
 rm -rf "$WHL" && mkdir -p "$WHL/golden"
 if [ "${GPU_WHEELS_OFFLINE:-0}" != 1 ]; then
