@@ -6,7 +6,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Optional
 
-from pantheon.ctl import catalog, hub
+from pantheon.ctl import catalog, hf_remote, hub
 from pantheon.ctl.output import human_bytes
 from pantheon.errors import GGUFError, UsageError
 from pantheon.gguf.config import ARCHITECTURES, config_from_metadata
@@ -37,6 +37,17 @@ class Spec:
     derived_from: str = "nothing"
     refusal: Optional[str] = None      # why [C0] fails, decided while deriving
     files: tuple = ()
+    config: object = None              # ModelConfig, once the GGUF header or config.json was read
+    tensors: Optional[dict] = None     # GGUF name -> record (qtype, shape, n_bytes) when every header was read
+    downloads: tuple = ()              # an HF repo's RemoteFiles, fetched into --models-dir/NAME/
+
+    def targets(self, models_dir):
+        """(where the model will be, [(RemoteFile, local path)]) under `models_dir`."""
+        if self.downloads:
+            root = os.path.join(models_dir, self.name)
+            return root, [(f, os.path.join(root, f.name)) for f in self.downloads]
+        dest = os.path.join(models_dir, self.name)
+        return dest, [(hub.RemoteFile(self.name, self.size, self.sha256, self.location), dest)]
 
 
 @dataclass
@@ -90,19 +101,40 @@ def _derive_local(source):
 
 def _no_gguf(source, listing, headers):
     files = sorted(listing.files)
-    spec = Spec(source, source.repo.split("/")[-1], None, "", files=tuple(files))
+    spec = Spec(source, source.repo.split("/")[-1], None, source.text, files=tuple(files))
     ggufs = [n for n in files if n.lower().endswith(".gguf")]
     if source.tag and ggufs:
         raise UsageError(f"{source.repo}: no GGUF matches {source.tag!r} (GGUF files: {', '.join(ggufs)})")
     if ggufs:
         raise UsageError(f"{source.repo}: several GGUF files and none preferred; name one as "
                          f"{source.repo}:FILE (choices: {', '.join(ggufs)})")
-    weights = [n for n in files if n.endswith((".safetensors", ".bin", ".pt"))]
+    if hf_remote.is_safetensors_repo(listing):
+        return _derive_hf(spec, listing, headers)
+    weights = [n for n in files if n.endswith((".safetensors", ".bin", ".pt", ".pth"))]
     spec.size = sum(listing.files[n].size or 0 for n in weights) or None
-    spec.refusal = (f"no GGUF file in {source.repo}@{listing.revision} ({len(weights)} safetensors/bin weight "
-                    f"files); pull fetches single GGUF files only (pantheon-serve --model DIR serves an HF "
-                    f"safetensors directory fetched by other means)")
+    spec.refusal = (f"no GGUF file and no model.safetensors or {hf_remote.INDEX} in {source.repo}@"
+                    f"{listing.revision} ({len(weights)} other weight files); pull fetches a GGUF file or an "
+                    f"HF safetensors directory")
     _spec_from_config(spec, listing, headers)
+    return spec
+
+
+def _derive_hf(spec, listing, headers):
+    """An HF safetensors repo: config.json judged first, then every shard's header by range reads."""
+    spec.downloads = hf_remote.downloads(listing)
+    spec.size = sum(f.size or 0 for f in spec.downloads)
+    try:
+        remote = hf_remote.read_repo(listing, spec.name, headers)
+    except GGUFError as e:
+        spec.refusal = f"{type(e).__name__}: {e}"
+        spec.derived_from = "the repo's config.json and safetensors headers (refused)"
+        return spec
+    spec.downloads = hf_remote.downloads(listing, remote.shards)
+    spec.size = sum(f.size or 0 for f in spec.downloads)
+    spec.config, spec.tensors, spec.arch, spec.header_read = remote.config, remote.tensors, remote.config.arch, \
+        remote.header_read
+    spec.derived_from = (f"config.json and the headers of {len(remote.shards)} safetensors file(s) "
+                         f"({human_bytes(remote.header_read)} read of {human_bytes(spec.size)})")
     return spec
 
 
@@ -118,6 +150,10 @@ def _read_header(spec, read, listing=None, headers=None):
     if spec.layout is not None:
         spec.derived_from = f"the GGUF header ({human_bytes(spec.header_read)} read of {human_bytes(spec.size)})"
         spec.arch = spec.layout.metadata.get("general.architecture")
+        try:
+            spec.config, spec.tensors = config_from_metadata(spec.layout.metadata), spec.layout.tensors
+        except GGUFError as e:
+            spec.refusal = f"{type(e).__name__}: {e}"
         return spec
     _spec_from_config(spec, listing, headers)
     return spec
@@ -156,16 +192,15 @@ def run_gates(spec, dies, ctx, slots, models_dir, mem, vram):
 
 def _engine_gate(result):
     spec = result.spec
-    if spec.refusal is None and spec.layout is not None:
+    if spec.refusal is None and spec.tensors is not None:
         try:
-            cfg = config_from_metadata(spec.layout.metadata)
-            fit._check_tensors(spec.layout.tensors, cfg)
+            fit._check_tensors(spec.tensors, spec.config)
         except GGUFError as e:
             spec.refusal = f"{type(e).__name__}: {e}"
     if spec.refusal is not None:
         result.add("[C0]", "engine-support", "FAIL", spec.refusal)
-    elif spec.layout is not None:
-        types = sorted({t.qtype.name for t in spec.layout.tensors.values()})
+    elif spec.tensors is not None:
+        types = sorted({t.qtype.name for t in spec.tensors.values()})
         result.add("[C0]", "engine-support", "PASS", f"architecture {spec.arch}; tensor types {', '.join(types)}")
     elif spec.arch in ARCHITECTURES:
         result.add("[C0]", "engine-support", "UNCONFIRMED",
@@ -180,19 +215,27 @@ def _disk_gate(result, models_dir):
     if spec.size is None or models_dir is None:
         result.add("[C2a]", "disk", "SKIP", "no --models-dir" if models_dir is None else "size unknown")
         return
-    result.dest = os.path.join(models_dir, spec.name)
-    if os.path.isfile(result.dest) and os.path.getsize(result.dest) == spec.size:
+    result.dest, targets = spec.targets(models_dir)
+    have = [_have(path, f.size) for f, path in targets]
+    if all(done for done, _ in have):
         result.already = True
         result.add("[C2a]", "disk", "PASS", f"{result.dest} is already here ({human_bytes(spec.size)})")
         return
-    part = result.dest + hub.PART_SUFFIX
-    have = os.path.getsize(part) if os.path.isfile(part) else 0
-    need, free = spec.size - min(have, spec.size), shutil.disk_usage(_existing(models_dir)).free
-    resume = f" ({human_bytes(have)} already in {os.path.basename(part)})" if have else ""
+    kept = sum(n for _, n in have)
+    need, free = spec.size - min(kept, spec.size), shutil.disk_usage(_existing(models_dir)).free
+    resume = f" ({human_bytes(kept)} already in complete files and .part files)" if kept else ""
     status = "PASS" if need <= free else "FAIL"
     result.add("[C2a]", "disk", status, f"needs {human_bytes(need)}{resume} in {models_dir}, "
                                         f"{human_bytes(free)} free" + ("" if status == "PASS" else
                                                                       f": short by {human_bytes(need - free)}"))
+
+
+def _have(path, size):
+    """(complete, bytes already here): a complete file of the listed size, else its .part file."""
+    if os.path.isfile(path) and os.path.getsize(path) == size:
+        return True, size
+    part = path + hub.PART_SUFFIX
+    return False, os.path.getsize(part) if os.path.isfile(part) else 0
 
 
 def _existing(path):
@@ -218,9 +261,8 @@ def _fit_gate(result, dies, ctx, slots, mem, vram):
 
 def _estimate(spec, dies, ctx, slots):
     path = spec.location
-    if spec.layout is not None and spec.refusal is None:
-        cfg = config_from_metadata(spec.layout.metadata)
-        return fit.estimate_from(cfg, spec.layout.tensors, path, dies, ctx, slots)
+    if spec.tensors is not None and spec.refusal is None:
+        return fit.estimate_from(spec.config, spec.tensors, path, dies, ctx, slots)
     if spec.row is None or spec.arch not in ARCHITECTURES or not spec.size:
         return None
     if any(d.startswith("cuda") for d in dies):
@@ -244,7 +286,7 @@ class _Blob:
 def _confidence_gate(result):
     """[C1]: how much of the spec is known, times the verdict -> download, accept (--yes) or stop."""
     spec = result.spec
-    result.confidence = HIGH if spec.layout is not None else (MEDIUM if spec.row is not None else LOW)
+    result.confidence = HIGH if spec.tensors is not None else (MEDIUM if spec.row is not None else LOW)
     kind = result.verdict.kind if result.verdict else fit.REFUSED
     if result.stopped_at is not None:
         result.action = STOP
@@ -254,7 +296,7 @@ def _confidence_gate(result):
         result.action = ACCEPT
     else:
         result.action = STOP
-    why = {HIGH: "the GGUF header was read whole: the estimate is the one a load makes",
+    why = {HIGH: f"{spec.derived_from.split(' (')[0]} read whole: the estimate is the one a load makes",
            MEDIUM: f"KV math from {spec.derived_from}, weights from the file size",
            LOW: f"no KV math ({spec.derived_from})"}[result.confidence]
     status = {PASS: "PASS", ACCEPT: "ACCEPT?", STOP: "FAIL"}[result.action]

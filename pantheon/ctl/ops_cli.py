@@ -14,7 +14,7 @@ def ops_commands(Command, Flag, parse_size, dies, ctx, slots, available, vram):
     because main imports this module)."""
     switch = lambda name, dest, text: Flag(name, dest, None, None, text)  # noqa: E731
     pull_flags = (dies, ctx, slots, available, vram,
-                  Flag("--models-dir", "models_dir", "DIR", _path, "where the GGUF is downloaded to (created if needed)"),
+                  Flag("--models-dir", "models_dir", "DIR", _path, "where the GGUF (or the HF repo's directory) goes (created if needed)"),
                   Flag("--name", "name", "ID", parse_id, "served name with --load [default: file name]"),
                   switch("--recommend", "recommend", "print the one-line fit verdict; download nothing"),
                   switch("--yes", "yes", "accept a FITS-TIGHT or medium-confidence gate without asking"),
@@ -32,7 +32,7 @@ def ops_commands(Command, Flag, parse_size, dies, ctx, slots, available, vram):
                    Flag("--chart", "chart", "PNG", _path, "chart file [default: bench-MODEL.png]"),
                    switch("--record", "record", "append the measured row to the model family's catalog file"))
     return (Command("pull", "SOURCE", "target", pull_flags,
-                    "derive, gate, download a GGUF (OWNER/NAME[@REV][:FILE|:QUANT], URL or path)", parse=_path),
+                    "derive, gate, download a GGUF or HF safetensors repo (OWNER/NAME[@REV][:FILE|:QUANT], URL, path)", parse=_path),
             Command("verify", "MODEL", "target", verify_flags, "smoke-test a served model (--full, --stress)",
                     parse=parse_id),
             Command("bench", "MODEL", "target", bench_flags, "prompt and generation tokens/s at 1..N streams",

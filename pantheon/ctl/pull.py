@@ -88,8 +88,7 @@ def run_pull(inv, client, out, err, endpoint, confirm=None):
 def _may_download(inv, result, out, err, confirm):
     if result.action == gate.STOP:
         where, why = _stop_reason(result)
-        read = f"only the header's first {human_bytes(result.spec.header_read)} of {human_bytes(result.spec.size)} " \
-               f"were read" if result.spec.header_read else "nothing was read"
+        read = _read_note(result.spec)
         if not inv.force:
             err.write(f"pull: stopped at {where}: {why}; {read}, no download (--force downloads anyway)\n")
             return False
@@ -103,6 +102,13 @@ def _may_download(inv, result, out, err, confirm):
             err.write("pull: not accepted: no weight byte was fetched (--yes accepts)\n")
             return False
     return True
+
+
+def _read_note(spec):
+    if not spec.header_read:
+        return "no weight byte was read"
+    what = "config.json and the safetensors headers: " if spec.downloads else "the header's first "
+    return f"only {what}{human_bytes(spec.header_read)} of {human_bytes(spec.size)} were read"
 
 
 def _stop_reason(result):
@@ -130,10 +136,17 @@ def _fetch(result, out, err):
             shutil.copyfile(spec.location, result.dest)
         out.write(f"copied into {result.dest}\n")
         return result.dest
-    resumed = hub.download(spec.location, result.dest, spec.size, spec.sha256, progress=err)
-    check = "sha256 verified" if spec.sha256 else "no sha256 published: size checked only"
+    resumed, fetched, checked = 0, 0, 0
+    targets = spec.targets(os.path.dirname(result.dest))[1]
+    for f, path in targets:
+        if not (os.path.isfile(path) and os.path.getsize(path) == f.size):
+            resumed += hub.download(f.url, path, f.size, f.sha256, progress=err)
+            fetched, checked = fetched + 1, checked + bool(f.sha256)
+    check = f"sha256 verified ({checked} of {fetched} files; the others' sizes checked)" if fetched > 1 else \
+        "sha256 verified" if checked else "no sha256 published: size checked only"
     again = f", resumed at {human_bytes(resumed)}" if resumed else ""
-    out.write(f"downloaded {result.dest} ({human_bytes(spec.size)}{again}; {check})\n")
+    files = f"{fetched} of {len(targets)} files, " if spec.downloads else ""
+    out.write(f"downloaded {result.dest} ({files}{human_bytes(spec.size)}{again}; {check})\n")
     return result.dest
 
 
@@ -149,6 +162,7 @@ def _load(inv, client, path, out):
 def _summary(result):
     return {"source": result.spec.source.text, "file": result.spec.name, "size": result.spec.size,
             "sha256": result.spec.sha256, "derived_from": result.spec.derived_from,
+            "files": [f.name for f in result.spec.downloads] or [result.spec.name],
             "gates": [{"gate": c, "name": n, "status": s, "detail": d} for c, n, s, d in result.gates],
             "verdict": result.verdict.kind if result.verdict else fit.REFUSED,
             "numbers": dict(result.verdict.numbers) if result.verdict else {},

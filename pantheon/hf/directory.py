@@ -86,7 +86,7 @@ def _open_index(index_path):
     if not isinstance(weight_map, dict) or not weight_map:
         raise HFLayoutError(f"{index_path}: 'weight_map' is not a non-empty object")
     shards = set(weight_map.values())
-    if len(shards) > MAX_SHARDS or not all(_plain_name(s) for s in shards):
+    if len(shards) > MAX_SHARDS or not all(plain_shard_name(s) for s in shards):
         raise HFLayoutError(f"{index_path}: shard names must be plain .safetensors file names in the "
                             f"same directory (at most {MAX_SHARDS})")
     where, tensors = os.path.dirname(os.path.abspath(index_path)), {}
@@ -102,6 +102,6 @@ def _open_index(index_path):
     return tensors
 
 
-def _plain_name(shard):
+def plain_shard_name(shard):
     return (isinstance(shard, str) and shard.endswith(".safetensors") and os.path.basename(shard) == shard
             and shard not in (".", "..") and "\0" not in shard)

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
@@ -33,19 +34,41 @@ def open_safetensors(path):
     path = os.fspath(path)
     size = os.path.getsize(path)
     with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise TruncatedFile(f"{path}: {size} bytes, shorter than the 8-byte safetensors header length")
-        (n,) = _U64.unpack(head)
-        if n > min(MAX_HEADER_BYTES, size - 8):
-            raise SafetensorsError(f"{path}: header length {n} exceeds the file ({size} bytes) or "
-                                   f"the {MAX_HEADER_BYTES}-byte limit")
+        n = header_length(path, f.read(8), size)
         header = _parse_header(path, f.read(n))
     entries = _layouts(path, header, data_start=8 + n, size=size)
     if not entries:
         return {}
     whole = np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))  # [size], read-only map, plain ndarray
     return {name: _view(whole, name, *e) for name, e in entries.items()}
+
+
+def header_length(path, head, size):
+    """The JSON header's length from a file's first 8 bytes (`head`), checked against its `size`."""
+    if len(head) < 8:
+        raise TruncatedFile(f"{path}: {size} bytes, shorter than the 8-byte safetensors header length")
+    (n,) = _U64.unpack(head[:8])
+    if n > min(MAX_HEADER_BYTES, size - 8):
+        raise SafetensorsError(f"{path}: header length {n} exceeds the file ({size} bytes) or "
+                               f"the {MAX_HEADER_BYTES}-byte limit")
+    return n
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """A tensor as the header states it, no data: what a memory estimate needs."""
+
+    name: str
+    qtype: T
+    shape: tuple
+    n_bytes: int
+
+
+def header_records(path, raw, size):
+    """{name: TensorRecord} from the JSON header bytes `raw` of a file of `size` bytes, checked as
+    open_safetensors checks them; for a file not on this machine (pull reads headers over HTTP)."""
+    entries = _layouts(path, _parse_header(path, raw), data_start=8 + len(raw), size=size)
+    return {name: TensorRecord(name, qtype, shape, n_bytes) for name, (qtype, shape, _, n_bytes) in entries.items()}
 
 
 def _parse_header(path, raw):

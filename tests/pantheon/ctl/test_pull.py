@@ -106,15 +106,15 @@ def test_an_unsupported_architecture_is_stopped_by_name(tmp_path):
     assert "stopped at [C0] engine-support" in err and not (tmp_path / "m").exists()
 
 
-def test_a_safetensors_repo_is_refused_by_the_engine_gate_with_its_kv_math(tmp_path):
+def test_a_repo_of_pytorch_bin_weights_is_refused_by_the_engine_gate_with_its_kv_math(tmp_path):
     config = {"model_type": "qwen3", "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
               "head_dim": 128, "hidden_size": 1024, "intermediate_size": 3072, "vocab_size": 151936,
               "max_position_embeddings": 40960}
-    repo = {"config.json": json.dumps(config).encode(), "model.safetensors": b"\0" * 4096}
+    repo = {"config.json": json.dumps(config).encode(), "pytorch_model.bin": b"\0" * 4096}
     with HubServer(Hub({"t/st": repo})) as server:
         rc, out, err = pull(server.endpoint, "t/st", "--recommend")
     assert rc == 3
-    assert "no GGUF file in t/st@main" in out and "pull fetches single GGUF files only" in out
+    assert "no GGUF file and no model.safetensors or model.safetensors.index.json in t/st@main" in out
     assert "spec from config.json" in out and "KV 224.0 KiB/token" in out
 
 
