@@ -9,13 +9,26 @@ import pytest
 from pantheon.ctl.main import main
 from pantheon.demo import demo_model_path
 from tests.conftest import shared_path
-from tests.pantheon.ctl.openai_double import Double
+from tests.pantheon.ctl.openai_double import FAULTS, Double
 from tests.workers.serving import Server
 
-# checks whose server features issue 13 is building (json_schema, tool-call parsing, prefix caching
-# across requests): until the server has them they must FAIL naming what is missing, never pass
-PENDING = {"json-schema": ("response_format", "does not validate"), "cache-reuse": ("no prefix reuse",),
-           "tools": ("tool_choice", "no tool_calls", "tool call")}
+FULL = ["health", "models", "chat", "streaming", "stop", "ctx-refusal", "tools", "json-schema", "concurrency",
+        "cache-reuse"]
+# fault of the double -> (the checks that must FAIL, a phrase the first one's figures must hold); a
+# fault in /v1/models also fails ctx-refusal, which needs the context length listed there
+CAUGHT_BY = {
+    "unhealthy": (["health"], "model state loading"),
+    "unlisted": (["models", "ctx-refusal"], "not in /v1/models"),
+    "bad_usage": (["chat"], "usage"),
+    "no_done": (["streaming"], "without data: [DONE]"),
+    "ignore_stop": (["stop"], "finish length"),
+    "no_ctx_check": (["ctx-refusal"], "HTTP 200"),
+    "no_tools": (["tools"], "no tool_calls"),
+    "schema_ignored": (["json-schema"], "does not validate (not a JSON object"),
+    "schema_truncated": (["json-schema"], "truncated: finish length at max_tokens 96"),
+    "racy": (["concurrency"], "differ or failed"),
+    "no_session_cache": (["cache-reuse"], "history was prefilled again: turn 2 reused 0 of"),
+}
 
 
 def ctl(*args):
@@ -28,16 +41,17 @@ def outcomes(out):
     return {c["name"]: c for c in json.loads(out.splitlines()[-1])["checks"]}
 
 
-def assert_full_passes(checks):
-    assert list(checks) == ["health", "models", "chat", "streaming", "stop", "ctx-refusal", "tools", "json-schema",
-                            "concurrency", "cache-reuse"]
+def assert_full_passes(rc, out):
+    """Every check passes; tools may SKIP only where the model's chat template has no tools."""
+    checks = outcomes(out)
+    assert list(checks) == FULL
     for name, c in checks.items():
         if c["status"] == "SKIP":
-            assert name == "tools" and "template" in c["figures"]
-        elif name in PENDING and c["status"] == "FAIL":
-            assert any(word in c["figures"] for word in PENDING[name]), c
+            assert name == "tools" and "template" in c["figures"], c
         else:
             assert c["status"] == "PASS", c
+    assert rc == 0 and out.splitlines()[-2].startswith("PASS: ")
+    return checks
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +69,9 @@ def test_smoke_on_the_demo_model(demo_server):
 
 def test_verify_full_on_the_demo_model(demo_server):
     rc, out, _ = ctl("--url", demo_server.url, "verify", "--full", "demo")
-    checks = outcomes(out)
-    assert_full_passes(checks)
-    assert rc == (3 if any(c["status"] == "FAIL" for c in checks.values()) else 0)
+    checks = assert_full_passes(rc, out)
+    assert checks["tools"]["status"] == "PASS"                            # the demo's template has tools
+    assert checks["json-schema"]["figures"].startswith("valid, finish stop")
 
 
 @pytest.mark.parametrize("golden", ["qwen3-q8_0", "llama3-q4_k_m"])
@@ -67,7 +81,7 @@ def test_verify_full_on_golden_models(golden):
         rc, out, _ = ctl("--url", srv.url, "verify", "--full", golden)
     finally:
         srv.stop()
-    assert_full_passes(outcomes(out))
+    assert_full_passes(rc, out)
 
 
 def test_stress_runs_its_ladder_on_the_demo_model(demo_server):
@@ -91,18 +105,44 @@ def test_bench_prints_a_table_and_json_and_writes_the_chart(demo_server, tmp_pat
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_server_ignoring_stop_strings_fails_the_stop_check():
-    good, broken = Double(), Double(ignore_stop=True)
+def test_every_check_can_pass_against_a_server_doing_it_right():
+    double = Double()
     try:
-        _, good_out, _ = ctl("--url", good.url, "verify", "--full", "m")
-        rc, out, _ = ctl("--url", broken.url, "verify", "--full", "m")
+        rc, out, _ = ctl("--url", double.url, "verify", "--full", "m")
     finally:
-        good.close()
-        broken.close()
-    assert {c["status"] for c in outcomes(good_out).values()} == {"PASS"}    # every check can pass
+        double.close()
+    checks = assert_full_passes(rc, out)
+    assert all(c["status"] == "PASS" for c in checks.values())
+    assert "without a session id: 0 of" in checks["cache-reuse"]["figures"]      # measured, shown
+
+
+def test_each_check_has_a_fault_it_catches():
+    assert set(CAUGHT_BY) | {"lose_needle", "tool_prefill_fails"} == set(FAULTS)
+    assert {n for names, _ in CAUGHT_BY.values() for n in names} == set(FULL)
+
+
+@pytest.mark.parametrize("fault", sorted(CAUGHT_BY))
+def test_a_broken_server_fails_the_right_check(fault):
+    double = Double(fault)
+    try:
+        rc, out, _ = ctl("--url", double.url, "verify", "--full", "m")
+    finally:
+        double.close()
+    checks, (failing, phrase) = outcomes(out), CAUGHT_BY[fault]
+    assert rc == 3 and [n for n, c in checks.items() if c["status"] != "PASS"] == failing, out
+    assert phrase in checks[failing[0]]["figures"], checks[failing[0]]
+    assert f"FAIL: {len(FULL) - len(failing)} passed, {len(failing)} failed" in out
+
+
+@pytest.mark.parametrize("fault, check", [("lose_needle", "needle-ladder"), ("tool_prefill_fails", "tool-prefill")])
+def test_a_broken_server_fails_the_right_stress_check(fault, check):
+    double = Double(fault)
+    try:
+        rc, out, _ = ctl("--url", double.url, "verify", "--stress", "m")
+    finally:
+        double.close()
     checks = outcomes(out)
-    assert rc == 3 and checks["stop"]["status"] == "FAIL" and "finish length" in checks["stop"]["figures"]
-    assert all(checks[n]["status"] == "PASS" for n in ("health", "models", "chat", "streaming", "ctx-refusal"))
+    assert rc == 3 and [n for n, c in checks.items() if c["status"] != "PASS"] == [check], out
 
 
 def test_the_needle_ladder_passes_when_the_needle_comes_back():
