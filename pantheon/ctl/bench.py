@@ -120,15 +120,19 @@ def record(model, rows, client):
 
 
 def _arch(client, model):
+    """The served model's architecture, read from its file (GGUF or HF directory) through /admin/models."""
+    from pantheon.errors import PantheonError
+    from pantheon.source import model_config
+
     models = client.get("/admin/models")
     path = next((m.get("path") for m in (models.body or {}).get("models", []) if m.get("name") == model), None) \
         if models.ok else None
     if not path or not os.path.exists(path):
         return None
-    from pantheon.ctl import hub
-
-    layout, _ = hub.read_gguf_header(hub.file_reader(path), os.path.getsize(path), path)
-    return layout.metadata.get("general.architecture") if layout else None
+    try:
+        return model_config(path).arch
+    except (PantheonError, OSError):
+        return None
 
 
 def run_bench(inv, out, err, streams, prompt_tokens, gen_tokens):

@@ -132,6 +132,7 @@ def _fetch(result, out, err):
         out.write(f"already downloaded: {result.dest}\n")
         return result.dest
     if spec.source.kind == "local":
+        os.makedirs(os.path.dirname(result.dest), exist_ok=True)
         if os.path.realpath(spec.location) != os.path.realpath(result.dest):
             shutil.copyfile(spec.location, result.dest)
         out.write(f"copied into {result.dest}\n")

@@ -162,3 +162,24 @@ def test_catalog_math_when_the_header_cannot_be_read(tmp_path):
     assert result.estimate.kv_per_token == 2 * 36 * 8 * 128 * 4           # Qwen3-8B from the catalog
     assert [g[2] for g in result.gates] == ["UNCONFIRMED", "SKIP", "FITS", "ACCEPT?"]
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_force_downloads_what_a_gate_stopped_and_says_so(demo_hub, tmp_path):
+    rc, out, err = pull(demo_hub.endpoint, REPO, "--models-dir", str(tmp_path), "--available", "64M", "--force")
+    assert rc == 0, out + err
+    assert "pull: stopped at [B] kv-calc: DOES-NOT-FIT" in err and "overridden by --force" in err
+    assert (tmp_path / FILE).read_bytes() == demo_hub.data
+
+
+def test_a_plain_url_is_sized_by_head_and_gated_on_its_header(demo_hub, tmp_path):
+    url = f"{demo_hub.endpoint}/{REPO}/resolve/main/{FILE}"
+    rc, out, _ = pull("http://127.0.0.1:9", url, "--recommend")      # another hub: the URL is just a URL
+    assert rc == 0 and "spec from the GGUF header" in out and out.splitlines()[-1].startswith("RECOMMEND: FITS")
+    assert [h.method for h in demo_hub.hub.hits][:1] == ["HEAD"] and demo_hub.hub.served(FILE) <= hub.FIRST_READ
+
+
+def test_a_local_gguf_is_gated_and_copied_into_the_models_dir(tmp_path):
+    rc, out, err = pull("http://127.0.0.1:9", str(demo_model_path()), "--models-dir", str(tmp_path / "m"))
+    assert rc == 0, out + err
+    assert "[C0]  engine-support  PASS" in out and "copied into" in out
+    assert (tmp_path / "m" / demo_model_path().name).read_bytes() == demo_model_path().read_bytes()

@@ -3,6 +3,7 @@ a test double whose one fault the right check must catch."""
 
 import io
 import json
+import shutil
 
 import pytest
 
@@ -103,6 +104,20 @@ def test_bench_prints_a_table_and_json_and_writes_the_chart(demo_server, tmp_pat
     result = json.loads(lines[-1])
     assert [r["streams"] for r in result["rows"]] == [1, 2] and all(r["tg_tps"] > 0 for r in result["rows"])
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_record_appends_the_measured_rows_to_the_family_catalog(demo_server, tmp_path, monkeypatch):
+    from pantheon.ctl import catalog
+
+    shutil.copytree(catalog.CATALOG_DIR, tmp_path / "catalog")
+    load = catalog.load
+    monkeypatch.setattr(catalog, "load", lambda: load(tmp_path / "catalog"))
+    rc, out, err = ctl("--url", demo_server.url, "bench", "--streams", "1", "--prompt-tokens", "16",
+                       "--gen-tokens", "2", "--chart", str(tmp_path / "c.png"), "--record", "demo")
+    assert rc == 0, err
+    assert f"recorded 1 rows in {tmp_path / 'catalog' / 'llama.toml'}" in out
+    rows = [r for r in load(tmp_path / "catalog")["llama"].measured if r["model"] == "demo"]
+    assert len(rows) == 1 and rows[0]["streams"] == 1 and rows[0]["tg_tps"] > 0
 
 
 def test_every_check_can_pass_against_a_server_doing_it_right():
