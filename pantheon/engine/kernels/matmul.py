@@ -3,7 +3,7 @@
 import numba
 import numpy as np
 
-from pantheon.engine.kernels import q8dot
+from pantheon.engine.kernels import q8dot, q8k
 from pantheon.engine.kernels.registry import kernels_for
 
 # Above this many activation rows, dequantizing tiles and calling sgemm beats the raw-block kernel:
@@ -39,18 +39,22 @@ def matmul(w, x, out=None):
 
 
 def qmatmul(ws, x):
-    """[x @ dequant(w).T for w in ws], float32 [n, w.rows] each, with x rounded once to int8 per 32 values.
+    """[x @ dequant(w).T for w in ws], float32 [n, w.rows] each, with x rounded once to int8 as llama.cpp does.
 
     That rounding is the one llama.cpp applies before its quantized dot products (so logits track
-    llama.cpp's, not the exact float product); weights without a VNNI kernel get the exact matmul."""
-    n, acts, outs = x.shape[0], None, []
+    llama.cpp's, not the exact float product): per 32 values for the VNNI kernels (q8dot), per 256
+    (Q8_K) for the AVX2 K-quant kernels (q8k); weights without either get the exact matmul."""
+    n, acts, kacts, outs = x.shape[0], None, None, []
     for w in ws:
-        if not q8dot.supports(w.qtype):
-            outs.append(matmul(w, x))  # [n, rows]
-            continue
-        acts = acts or q8dot.Activations(x)
         out = np.empty((n, w.rows), dtype=np.float32)  # [n, rows]
-        q8dot.product(w.qtype, w.raw, acts, out)
+        if q8dot.supports(w.qtype):
+            acts = acts or q8dot.Activations(x)
+            q8dot.product(w.qtype, w.raw, acts, out)
+        elif q8k.supports(w.qtype, w.cols):
+            kacts = kacts or q8k.activations(x)
+            q8k.product(w.qtype, w.raw, kacts, out)
+        else:
+            matmul(w, x, out)
         outs.append(out)
     return outs
 

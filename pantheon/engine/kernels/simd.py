@@ -18,7 +18,7 @@ _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 
 
 class Vec(types.Type):
-    """A 256-bit vector of `count` elements of `kind` ('i8', 'i32' or 'f32')."""
+    """A 256-bit vector of `count` elements of `kind` ('i8', 'i16', 'i32' or 'f32')."""
 
     def __init__(self, kind, count):
         self.kind, self.count = kind, count
@@ -28,7 +28,7 @@ class Vec(types.Type):
 @register_model(Vec)
 class _VecModel(models.PrimitiveModel):
     def __init__(self, dmm, fe_type):
-        elem = {"i8": _I8, "i32": _I32, "f32": _F32}[fe_type.kind]
+        elem = {"i8": _I8, "i16": ir.IntType(16), "i32": _I32, "f32": _F32}[fe_type.kind]
         super().__init__(dmm, fe_type, ir.VectorType(elem, fe_type.count))
 
 

@@ -1,0 +1,133 @@
+"""Decode kernels: Q4_K, Q5_K and Q6_K rows against Q8_K activations, llama.cpp's integer dot products.
+
+Per 256-value super-block: vpmaddubsw multiplies 32 quants by 32 int8 activations, vpmaddwd applies
+the sub-block's integer scale to those pair sums, the int32 lanes accumulate the whole super-block,
+and one fma scales them by d·xd. Mins (Q4_K, Q5_K) and Q6_K's offset of 32 never enter the loop:
+Σ m·Σx comes from the activations' per-16 integer sums (bsums), one more fma per super-block.
+Each vector i and row r is one independent sequence of operations, so a row's result does not
+depend on the batch; q8k_tiles repeats these operations lane for lane for many vectors.
+"""
+
+import numpy as np
+from numba import prange
+
+from pantheon.engine.kernels.avx2 import i8_scales, izero, k4_scales, kdot, kdot2, mins_lanes, offs_lanes
+from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.kblocks import QK_K
+from pantheon.engine.kernels.simd import field, fma_scaled, fzero, half_at, hsum, load32, mul, or_shl4
+
+Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES = 144, 176, 210
+# Rows per prange task: the activations of one vector stay in L1 across the chunk's rows.
+CHUNK = 16
+
+
+@inline
+def _k4_pair(sumi, row, qo, xi, xo, sc, j):
+    """Sub-blocks j (low nibbles) and j + 1 (high nibbles) of the 32 bytes at row[qo:]."""
+    v = load32(row, qo)  # [32] two sub-blocks' nibbles
+    sumi = kdot(sumi, field(v, 0, 15), xi, xo, sc, j)
+    return kdot(sumi, field(v, 4, 15), xi, xo + 32, sc, j + 1)
+
+
+@inline
+def q4_k_block(row, o, xi, xo):
+    """(int32 lanes of Σ sc·q·x, Σ m·bsum32 scale vector) of the Q4_K super-block at row[o:]."""
+    sc = k4_scales(row, o + 4)  # [16] scales then mins
+    sumi = _k4_pair(izero(), row, o + 16, xi, xo, sc, 0)
+    sumi = _k4_pair(sumi, row, o + 48, xi, xo + 64, sc, 2)
+    sumi = _k4_pair(sumi, row, o + 80, xi, xo + 128, sc, 4)
+    return _k4_pair(sumi, row, o + 112, xi, xo + 192, sc, 6), sc
+
+
+@inline
+def _k5_pair(sumi, row, qo, hv, xi, xo, sc, j):
+    """_k4_pair plus the fifth bits of sub-blocks j, j + 1 (bits j, j + 1 of the qh bytes hv)."""
+    v = load32(row, qo)  # [32] two sub-blocks' nibbles
+    sumi = kdot(sumi, or_shl4(field(v, 0, 15), field(hv, j, 1)), xi, xo, sc, j)
+    return kdot(sumi, or_shl4(field(v, 4, 15), field(hv, j + 1, 1)), xi, xo + 32, sc, j + 1)
+
+
+@inline
+def q5_k_block(row, o, xi, xo):
+    """q4_k_block for the Q5_K super-block at row[o:] (qh at o + 16, nibbles at o + 48)."""
+    sc = k4_scales(row, o + 4)  # [16] scales then mins
+    hv = load32(row, o + 16)  # [32] fifth bits of the 8 sub-blocks
+    sumi = _k5_pair(izero(), row, o + 48, hv, xi, xo, sc, 0)
+    sumi = _k5_pair(sumi, row, o + 80, hv, xi, xo + 64, sc, 2)
+    sumi = _k5_pair(sumi, row, o + 112, hv, xi, xo + 128, sc, 4)
+    return _k5_pair(sumi, row, o + 144, hv, xi, xo + 192, sc, 6), sc
+
+
+@inline
+def _q6_half(sumi, row, o, h, xi, xo, sc):
+    """The 128 values of half h of the Q6_K super-block at row[o:]: 4 groups of 32, 2 scales each."""
+    hv = load32(row, o + 128 + 32 * h)  # [32] high 2-bit fields
+    lv0, lv1 = load32(row, o + 64 * h), load32(row, o + 64 * h + 32)  # [32] low nibbles each
+    k = 8 * h
+    sumi = kdot2(sumi, or_shl4(field(lv0, 0, 15), field(hv, 0, 3)), xi, xo, sc, k)
+    sumi = kdot2(sumi, or_shl4(field(lv1, 0, 15), field(hv, 2, 3)), xi, xo + 32, sc, k + 2)
+    sumi = kdot2(sumi, or_shl4(field(lv0, 4, 15), field(hv, 4, 3)), xi, xo + 64, sc, k + 4)
+    return kdot2(sumi, or_shl4(field(lv1, 4, 15), field(hv, 6, 3)), xi, xo + 96, sc, k + 6)
+
+
+@inline
+def q6_k_block(row, o, xi, xo):
+    """(int32 lanes of Σ sc·q·x with q in 0..63, the 16 scales) of the Q6_K super-block at row[o:]."""
+    sc = i8_scales(row, o + 192)  # [16] int8 scales
+    sumi = _q6_half(izero(), row, o, 0, xi, xo, sc)
+    return _q6_half(sumi, row, o, 1, xi, xo + 128, sc), sc
+
+
+@exact
+def q4_k(raw, xq, xd, bs16, out):
+    """out[i, r] = Σ_b d·xd·Σ sc·q·xq − dmin·xd·Σ m·bsums over Q4_K row r and Q8_K vector i."""
+    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
+    for c in prange((rows + CHUNK - 1) // CHUNK):
+        for i in range(n):
+            xi, bi = xq[i], bs16[i]  # [cols] int8 bytes, [cols/16] sums
+            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
+                row = raw[r]  # [row_bytes]
+                acc = fzero()
+                for b in range(nb):
+                    o = b * Q4_K_BYTES
+                    sumi, sc = q4_k_block(row, o, xi, b * QK_K)
+                    acc = fma_scaled(acc, sumi, mul(half_at(row, o), xd[i, b]))
+                    acc = fma_scaled(acc, mins_lanes(sc, bi, 16 * b), -mul(half_at(row, o + 2), xd[i, b]))
+                out[i, r] = hsum(acc)
+
+
+@exact
+def q5_k(raw, xq, xd, bs16, out):
+    """q4_k for Q5_K rows."""
+    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
+    for c in prange((rows + CHUNK - 1) // CHUNK):
+        for i in range(n):
+            xi, bi = xq[i], bs16[i]  # [cols] int8 bytes, [cols/16] sums
+            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
+                row = raw[r]  # [row_bytes]
+                acc = fzero()
+                for b in range(nb):
+                    o = b * Q5_K_BYTES
+                    sumi, sc = q5_k_block(row, o, xi, b * QK_K)
+                    acc = fma_scaled(acc, sumi, mul(half_at(row, o), xd[i, b]))
+                    acc = fma_scaled(acc, mins_lanes(sc, bi, 16 * b), -mul(half_at(row, o + 2), xd[i, b]))
+                out[i, r] = hsum(acc)
+
+
+@exact
+def q6_k(raw, xq, xd, bs16, out):
+    """out[i, r] = Σ_b d·xd·(Σ sc·q·xq − 32·Σ sc·bsums) over Q6_K row r and Q8_K vector i."""
+    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
+    for c in prange((rows + CHUNK - 1) // CHUNK):
+        for i in range(n):
+            xi, bi = xq[i], bs16[i]  # [cols] int8 bytes, [cols/16] sums
+            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
+                row = raw[r]  # [row_bytes]
+                acc = fzero()
+                for b in range(nb):
+                    o = b * Q6_K_BYTES
+                    sumi, sc = q6_k_block(row, o, xi, b * QK_K)
+                    dd = mul(half_at(row, o + 208), xd[i, b])
+                    acc = fma_scaled(acc, sumi, dd)
+                    acc = fma_scaled(acc, offs_lanes(sc, bi, 16 * b, 5), -dd)
+                out[i, r] = hsum(acc)

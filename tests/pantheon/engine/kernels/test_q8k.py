@@ -1,0 +1,98 @@
+"""AVX2 K-quant kernels on Q8_K activations against float64 products of gguf.quants.dequantize."""
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize
+
+from pantheon.engine.kernels import q8k
+from pantheon.engine.kernels.avx2 import has_avx2
+from pantheon.engine.kernels.matmul import qmatmul
+from pantheon.engine.weights import Weight
+
+pytestmark = pytest.mark.skipif(not has_avx2(), reason="host has no AVX2")
+
+# Byte offsets of the fp16 d/dmin fields inside one block of each type.
+FP16_FIELDS = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+TYPES = tuple(FP16_FIELDS)
+BATCHES = (1, 3, 4, 9)
+
+
+def random_blocks(qtype, rows, cols, rng):
+    """uint8 [rows, row_bytes]: random bytes, every fp16 scale a finite value in 1e-4..0.2."""
+    block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
+    nb = cols // block_elems
+    raw = rng.integers(0, 256, (rows, nb, block_bytes), dtype=np.uint8)  # [rows, nb, block_bytes]
+    for o in FP16_FIELDS[qtype]:
+        scale = rng.uniform(0.5, 2.0, (rows, nb)) * 10.0 ** rng.uniform(-4, -1, (rows, nb))  # [rows, nb]
+        raw[:, :, o:o + 2] = scale.astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
+    return raw.reshape(rows, nb * block_bytes)  # [rows, row_bytes]
+
+
+def reference_q8_k(x):
+    """llama.cpp's quantize_row_q8_K_ref in numpy: int8 q [n, cols], float32 d [n, cols/256]."""
+    blocks = x.reshape(len(x), -1, 256)  # [n, nb, 256]
+    top = np.take_along_axis(blocks, np.abs(blocks).argmax(-1)[..., None], -1)[..., 0]  # [n, nb] signed extreme
+    safe = np.where(top == 0, np.float32(1.0), top)  # [n, nb]
+    iscale = np.where(top == 0, np.float32(0.0), np.float32(-127.0) / safe).astype(np.float32)  # [n, nb]
+    q = np.minimum(127, np.rint(blocks * iscale[..., None])).astype(np.int8)  # [n, nb, 256]
+    d = np.where(top == 0, np.float32(0.0), np.float32(1.0) / np.where(top == 0, 1, iscale)).astype(np.float32)
+    return q.reshape(x.shape), d
+
+
+def test_activations_are_rounded_like_llama_cpp():
+    x = np.random.default_rng(0).standard_normal((5, 512)).astype(np.float32)  # [5, 512]
+    x[2, :256] = 0.0  # an all-zero block: scale 0, quants 0
+    x[3, 7] = -40.0  # a negative extreme: iscale = -127/max is then positive; the extreme maps to -127
+    acts = q8k.activations(x)
+    q, d = reference_q8_k(x)
+    np.testing.assert_array_equal(acts.xq.view(np.int8), q)
+    np.testing.assert_array_equal(acts.xd, d)
+    np.testing.assert_array_equal(acts.bs16, q.reshape(5, -1, 16).sum(-1, dtype=np.int32))
+    assert acts.xq.view(np.int8)[3, 7] == -127 and acts.xd[3, 0] > 0
+
+
+def dequantized_acts(acts, cols):
+    return (acts.xq.view(np.int8).astype(np.float64).reshape(acts.n, -1, 256) * acts.xd[..., None]).reshape(-1, cols)
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("n", BATCHES)
+def test_product_matches_float64_on_the_same_int8_activations(qtype, n):
+    rng = np.random.default_rng(int(qtype) * 10 + n)
+    rows, cols = 37, 768
+    raw = random_blocks(qtype, rows, cols, rng)
+    x = rng.standard_normal((n, cols)).astype(np.float32)  # [n, cols]
+    acts = q8k.activations(x)
+    out = np.empty((n, rows), np.float32)  # [n, rows]
+    q8k.product(qtype, raw, acts, out)
+    w = dequantize(raw, qtype).reshape(rows, cols).astype(np.float64)  # [rows, cols]
+    want = dequantized_acts(acts, cols) @ w.T  # [n, rows]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_a_vector_gets_the_same_bits_in_any_batch(qtype):
+    rng = np.random.default_rng(int(qtype))
+    rows, cols = 21, 512
+    raw = random_blocks(qtype, rows, cols, rng)
+    x = rng.standard_normal((9, cols)).astype(np.float32)  # [9, cols]
+    batched = np.empty((9, rows), np.float32)  # [9, rows]: 8 through the tiles, 1 through the 1-vector kernel
+    q8k.product(qtype, raw, q8k.activations(x), batched)
+    for i in (0, 5, 8):
+        alone = np.empty((1, rows), np.float32)  # [1, rows]
+        q8k.product(qtype, raw, q8k.activations(x[i:i + 1]), alone)
+        np.testing.assert_array_equal(batched[i], alone[0])
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_qmatmul_takes_the_integer_path_for_k_quants(qtype):
+    rng = np.random.default_rng(3)
+    rows, cols = 16, 256
+    raw = random_blocks(qtype, rows, cols, rng)
+    x = rng.standard_normal((2, cols)).astype(np.float32)  # [2, cols]
+    got = qmatmul([Weight("w", int(qtype), rows, cols, raw)], x)[0]  # [2, rows]
+    acts = q8k.activations(x)
+    want = dequantized_acts(acts, cols) @ dequantize(raw, qtype).reshape(rows, cols).astype(np.float64).T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
