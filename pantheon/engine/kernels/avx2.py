@@ -164,3 +164,11 @@ def offs_lanes(typingctx, sc, bs, idx, shift):
         sh = _splat(builder, builder.trunc(args[3], _I16), _V16x16)
         return _pmaddwd(builder, builder.shl(args[0], sh), _i16_at(context, builder, sig.args[1], args[1], args[2], 16))
     return I32X8(sc, bs, idx, shift), codegen
+
+
+@intrinsic
+def or_shl2(typingctx, lo, hi):
+    """lo | hi << 2, lane-wise: joins two low bits and a third bit into one quant (Q3_K)."""
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], builder.shl(args[1], ir.Constant(args[1].type, [2] * 32)))
+    return lo(lo, hi), codegen

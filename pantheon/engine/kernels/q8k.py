@@ -1,7 +1,8 @@
 """K-quant products with Q8_K activations on AVX2: which types, and which kernel serves which batch.
 
 Every n goes through the integer kernels (never dequantize + BLAS): n a multiple of 4 through
-q8k_tiles (rows unpacked once per task), the rest through q8k_dot, and both compute each output
+q8k_tiles (rows unpacked once per task), the rest through q8k_dot (Q2_K and Q3_K: q8k_tiles for
+every n), and both compute each output
 with the same operations, so a sequence's logits do not depend on the batch it ran in.
 """
 
@@ -14,9 +15,9 @@ from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8k_acts import Q8K
 
-# qtype name -> (1-vector kernel, q8k_tiles kind).
+# qtype name -> (direct 1-vector kernel or None, q8k_tiles kind); without the former q8k_tiles serves every n.
 _BY_TYPE = {"Q4_K": (q8k_dot.q4_k, q8k_tiles.Q4_K), "Q5_K": (q8k_dot.q5_k, q8k_tiles.Q5_K),
-            "Q6_K": (q8k_dot.q6_k, q8k_tiles.Q6_K)}
+            "Q6_K": (q8k_dot.q6_k, q8k_tiles.Q6_K), "Q2_K": (None, q8k_tiles.Q2_K), "Q3_K": (None, q8k_tiles.Q3_K)}
 # Vectors per q8k_tiles pass.
 TILE = 4
 
@@ -42,7 +43,7 @@ def activations(x):
 def product(qtype, raw, acts, out):
     """out [n, rows] = acts @ dequant(raw).T for a type that `supports`."""
     one, kind = _kernels(qtype)
-    m = acts.n - acts.n % TILE
+    m = acts.n if one is None else acts.n - acts.n % TILE
     if m:
         q8k_tiles.tiles(kind, raw, acts.xq[:m], acts.xd[:m], acts.bs16[:m], out[:m])
     if m < acts.n:

@@ -14,7 +14,7 @@ from pantheon.engine.weights import Weight
 pytestmark = pytest.mark.skipif(not has_avx2(), reason="host has no AVX2")
 
 # Byte offsets of the fp16 d/dmin fields inside one block of each type.
-FP16_FIELDS = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
+FP16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
 TYPES = tuple(FP16_FIELDS)
 BATCHES = (1, 3, 4, 9)
 
