@@ -145,7 +145,7 @@ def check_ctx_refusal(t):
     health = t.api.get("/health")
     if reply.status != 400 or health.status != 200:
         return FAIL, f"{reply.error() if reply.status else reply.body}; /health then {health.status}"
-    return PASS, f"{reply.error()[:120]}; /health still 200"
+    return PASS, f"{reply.error()[:200]}; /health still 200"
 
 
 def check_tools(t):

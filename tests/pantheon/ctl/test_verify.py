@@ -75,7 +75,8 @@ def test_verify_full_on_the_demo_model(demo_server):
     assert checks["json-schema"]["figures"].startswith("valid, finish stop")
 
 
-@pytest.mark.parametrize("golden", ["qwen3-q8_0", "llama3-q4_k_m"])
+@pytest.mark.parametrize("golden", ["qwen3-q8_0", "llama3-q4_k_m", "phi3-q8_0", "qwen2-q8_0", "qwen3moe-q8_0",
+                                    "mixtral-q8_0"])
 def test_verify_full_on_golden_models(golden):
     srv = Server(["--model", str(shared_path("golden", f"{golden}.gguf")), "--name", golden])
     try:
