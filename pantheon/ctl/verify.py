@@ -1,5 +1,6 @@
 """`pantheon-ctl verify [--full | --stress] MODEL`: checks against a running server, each PASS, FAIL
-or SKIP (with the reason) and its figures; the smoke takes seconds, --full runs 8 functional checks."""
+or SKIP (with the reason) and its figures; the smoke (3 checks) takes seconds, --full adds 7
+functional checks, --stress 2 long-context ones."""
 
 import json
 import re
