@@ -151,3 +151,9 @@ def test_a_partial_download_resumes_file_by_file_and_within_a_file(tiny, tmp_pat
     assert all(not whole_gets[n] for n in files if n != SHARDS[1])                  # complete files kept
     got = hashlib.sha256((dest / SHARDS[1]).read_bytes()).hexdigest()
     assert got == hashlib.sha256(files[SHARDS[1]]).hexdigest() and not part.exists()
+
+
+def test_cuda_dies_are_judged_on_the_given_vram(tiny):
+    with HubServer(Hub({REPO: tiny})) as server:
+        rc, out, _ = pull(server.endpoint, REPO, "--dies", "cuda0", "--vram", "1M", "--recommend")
+    assert rc == 3 and out.splitlines()[-1].startswith("RECOMMEND: DOES-NOT-FIT (cuda0: needs"), out
