@@ -86,8 +86,10 @@ class SlotBook:
         return rec["heartbeat"] > 0 and (int(rec["loaded"]) | int(rec["failed"])) & mask == mask
 
     def refresh(self, tables, notes):
-        """Derive each slot's state from its dies; failure reasons come from the workers' notes."""
+        """Derive each slot's state from its dies; failure reasons come from the workers' notes.
+        Returns (name, state) of every slot whose state changed."""
         reasons = {slot: msg for _, slot, msg in notes}
+        changed = []
         for i, s in enumerate(self.slots):
             rec = tables.read_slot(i)
             if s is None or rec["state"] in (SLOT_UNLOADING, SLOT_EMPTY):
@@ -96,6 +98,8 @@ class SlotBook:
             if state != rec["state"]:
                 reason = reasons.get(i, text(rec["reason"])) if state == SLOT_FAILED else ""
                 tables.write_slot(i, state=state, reason=reason[:250])
+                changed.append((s["name"], state))
+        return changed
 
     def _state(self, tables, i, mask):
         dies = [tables.dies[d] for d in range(len(tables.dies)) if mask >> d & 1]

@@ -22,8 +22,8 @@ from workers.slots import slot_context
 from ipc import Kind
 from workers.admin_desk import AdminDesk
 from workers.pressure import PressureWatch
-from workers.tables import (DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STALLED, DIE_STARTING, DIE_UP, SLOT_LOADING, SLOT_STATES,
-                            text)
+from workers.tables import (DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STALLED, DIE_STARTING, DIE_UP, SLOT_LOADED, SLOT_LOADING,
+                            SLOT_STATES, text)
 
 GRACE_S = 12.0  # the fronts' drain (workers/front.py DRAIN_S) plus time to flush and exit
 ABORT_GRACE_S = 2.0
@@ -247,7 +247,9 @@ class Supervisor:
             if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
                 rec["state"] = DIE_UP
 
-        self.book.refresh(tables, self.dispatcher.status_notes)
+        for name, state in self.book.refresh(tables, self.dispatcher.status_notes):
+            if state == SLOT_LOADED:  # a worker announces a model only once its kernels are compiled
+                log(f"model {name} loaded")
         self._admin()
 
     def _restart_due(self, now):

@@ -15,7 +15,6 @@ from workers.tables import text
 
 IDLE_WAIT_S = 0.05
 LOAD_GRACE_S = 900.0  # a die loading a model at run time is not judged by its heartbeat meanwhile
-WARM_UP = ((20, 0), (3, 20), (1, 23))  # (new tokens, cached before): prefill tiles, small batch, decode
 
 
 class DieWorker:
@@ -38,6 +37,7 @@ class DieWorker:
         from pantheon.engine.scheduler import Engine, EngineConfig
         from pantheon.errors import UnsupportedDevice
         from pantheon.engine.model import open_model
+        from pantheon.engine.warmup import warm_up
 
         for i in slots:
             rec = self.layout.tables.read_slot(i)
@@ -53,13 +53,16 @@ class DieWorker:
                     n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
                 cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
                                    max_sessions=int(rec["max_sessions"]))
-                self.engines[i] = Engine(model, cfg)
-                self.rec["loaded"] |= 1 << i  # the die may go up now; requests wait in the ring meanwhile
                 if self.die.kind == "cpu":
-                    _warm_up(model, n_ctx)
+                    # before the model is announced: its first request must not wait for a compile
+                    began = time.monotonic()
+                    warm_up(model, n_ctx)
                     model.heartbeat = self._beat
                     # the heartbeat is judged from here on (a cold compile above is not a hang)
-                    print(f"pantheon-worker {self.die.name}: slot {i} kernels ready", file=sys.stderr, flush=True)
+                    print(f"pantheon-worker {self.die.name}: slot {i} kernels ready in {time.monotonic() - began:.1f} s",
+                          file=sys.stderr, flush=True)
+                self.engines[i] = Engine(model, cfg)
+                self.rec["loaded"] |= 1 << i  # the die may go up now: the model serves at full speed
             except Exception as e:  # a model that cannot load must not take the die's other models down
                 self.engines.pop(i, None)
                 self.rec["loaded"] = int(self.rec["loaded"]) & ~(1 << i)
@@ -197,16 +200,6 @@ class DieWorker:
 CHAOS_EXIT = 13
 
 
-def _warm_up(model, n_ctx):
-    """Compile (or load from numba's cache) every kernel shape a step uses, while the die is still
-    loading: a first compile inside a served step would look like a hang to the supervisor."""
-    if n_ctx <= sum(WARM_UP[-1]) + 1:
-        return
-    cache = model.new_cache(sum(WARM_UP[-1]) + 1)
-    for n, _ in WARM_UP:
-        model.forward([(cache, [1] * n)])
-
-
 def worker_main(layout, die_index, die, slots, ops=None):
     """Entry point in the forked child; returns the exit code (see workers.protocol)."""
     os.setpgid(0, 0)
@@ -218,6 +211,10 @@ def worker_main(layout, die_index, die, slots, ops=None):
     if die.kind == "cpu" and die.cores:
         os.sched_setaffinity(0, die.cores)
     threads = len(die.cores) if die.cores else None
+    if ops is not None:
+        from pantheon.engine.kernels.compile_cache import configure
+
+        configure(ops.kernel_cache)  # before any kernel module is imported (it fixes numba's cache dir)
     try:
         worker = DieWorker(layout, die_index, die, slots, threads)
         return worker.run()

@@ -548,6 +548,9 @@ class Operations:
     restart_intensity: int = 5  # PANTHEON_RESTART_INTENSITY: more restarts than this per period -> FAILED
     restart_period: float = 60.0  # PANTHEON_RESTART_PERIOD: seconds
     boot_timeout: float = 900.0  # PANTHEON_BOOT_TIMEOUT: a die still loading its models after this is killed
+    # PANTHEON_KERNEL_CACHE: where compiled CPU kernels are kept (a subdirectory per engine source digest);
+    # unset: NUMBA_CACHE_DIR, else pantheon/engine/kernels/__pycache__ (pantheon.engine.kernels.compile_cache)
+    kernel_cache: Optional[str] = None
 
 
 def _env_number(environ, name, default, kind, hi):
@@ -567,7 +570,8 @@ def operations_from_env(environ=os.environ):
                       environ.get("PANTHEON_PRESSURE_FILE") or None,
                       _env_number(environ, "PANTHEON_RESTART_INTENSITY", 5, int, 100000),
                       _env_number(environ, "PANTHEON_RESTART_PERIOD", 60.0, float, 86400),
-                      _env_number(environ, "PANTHEON_BOOT_TIMEOUT", 900.0, float, 86400))
+                      _env_number(environ, "PANTHEON_BOOT_TIMEOUT", 900.0, float, 86400),
+                      environ.get("PANTHEON_KERNEL_CACHE", "").strip() or None)
 
 
 def cuda_device_order(environ=os.environ):

@@ -1,0 +1,64 @@
+"""Where numba keeps compiled kernels: a directory named by a hash of every CPU engine source file.
+
+numba keys a cached function on its own source file only: a kernel in `q8dot.py` compiled against an
+intrinsic of `simd.py` would be loaded unchanged after `simd.py` is edited. Naming the whole cache
+directory by a digest of all the engine's sources makes any such edit select a fresh, empty directory,
+so nothing compiled against an older helper is ever loaded (old directories are left for the user to
+delete). The directory is chosen when the first kernel is decorated (numba fixes a function's cache
+location then), so `configure` must run before the kernel modules are imported.
+"""
+
+import functools
+import hashlib
+import os
+import pathlib
+
+import numba
+
+ENGINE = pathlib.Path(__file__).resolve().parents[1]  # pantheon/engine
+# Every module that defines numba CPU functions or feeds them (the GPU engine has its own compiler).
+SOURCE_DIRS = (ENGINE, ENGINE / "kernels")
+
+_state = {"base": None, "active": None}
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest():
+    """sha256 (hex, 16 chars) over the names and bytes of every .py file in SOURCE_DIRS."""
+    h = hashlib.sha256(numba.__version__.encode())
+    for path in sorted(p for d in SOURCE_DIRS for p in d.glob("*.py")):
+        h.update(path.relative_to(ENGINE).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _default_base():
+    """numba's own NUMBA_CACHE_DIR when set; else __pycache__ beside the kernels, when writable."""
+    if numba.config.CACHE_DIR:
+        return numba.config.CACHE_DIR
+    in_tree = ENGINE / "kernels" / "__pycache__"
+    try:
+        in_tree.mkdir(exist_ok=True)
+        if os.access(in_tree, os.W_OK):
+            return str(in_tree)
+    except OSError:
+        pass
+    return str(pathlib.Path.home() / ".cache" / "pantheon" / "kernels")
+
+
+def configure(base):
+    """Keep compiled kernels under `base` (None: the default); call before any kernel module is imported."""
+    path = str(pathlib.Path(base).expanduser() / f"numba-{source_digest()}") if base else None
+    assert _state["active"] is None or path in (None, _state["active"]), "kernels were decorated already"
+    _state["base"] = base
+
+
+def activate():
+    """The keyed cache directory, made numba's CACHE_DIR on the first call (by the jit decorators)."""
+    if _state["active"] is None:
+        base = pathlib.Path(_state["base"] or _default_base()).expanduser()
+        path = base / f"numba-{source_digest()}"
+        path.mkdir(parents=True, exist_ok=True)
+        numba.config.CACHE_DIR = str(path)
+        _state["active"] = str(path)
+    return _state["active"]

@@ -1,0 +1,37 @@
+"""Compile (or load from numba's disk cache) every CPU kernel a served step can call, before serving."""
+
+import numpy as np
+
+from pantheon.engine.kernels.matmul import qmatmul
+from pantheon.engine.weights import Weight
+
+# (new tokens, cached before): a prefill chunk past the gemv batch limit, a small batch, one decode step
+STEPS = ((20, 0), (3, 20), (1, 23))
+# Rows an expert may receive in one step: 4 takes the 4-vector (or gemv) kernels, 9 the 8-vector tiles
+# (or dequant + BLAS) plus the 1-vector tail; a 20-token forward gives each expert only a row or two.
+EXPERT_ROWS = (4, 9)
+
+
+def warm_up(model, n_ctx):
+    """Run the step shapes a server sees through `model` (a first compile inside a served step would
+    stall that request and look like a hang to the supervisor); no-op for a context too small for it."""
+    if n_ctx <= sum(STEPS[-1]) + 1:
+        return
+    cache = model.new_cache(sum(STEPS[-1]) + 1)
+    for n, _ in STEPS:
+        model.forward([(cache, [1] * n)])
+    for w in _expert_samples(model.weights.blocks):
+        for n in EXPERT_ROWS:
+            qmatmul([w], np.zeros((n, w.cols), np.float32))  # [n, <=16] discarded
+
+
+def _expert_samples(blocks):
+    """One 16-row slice of an expert matrix per distinct (type, width): the kernels differ by type only."""
+    seen = {}
+    for blk in blocks:
+        if blk.experts is None:
+            continue
+        for w in (blk.experts.gate[0], blk.experts.up[0], blk.experts.down[0]):
+            rows = min(16, w.rows)
+            seen.setdefault((w.qtype, w.cols), Weight(w.name, w.qtype, rows, w.cols, w.raw[:rows]))
+    return list(seen.values())
