@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from pantheon.engine.attention import attend
+from pantheon.engine.attention import StepLayout, attend_step
 from pantheon.engine.kernels.matmul import dequantize_rows, qmatmul
 from pantheon.engine.kvcache import KVCache
 from pantheon.engine.model_weights import bind_weights
@@ -70,14 +70,14 @@ class Model:
 
     def _layers(self, segs):
         toks = np.concatenate([t for _, t in segs])  # [N]
-        pos = np.concatenate([np.arange(len(c), len(c) + len(t)) for c, t in segs])  # [N]
-        cos, sin = self.rope.tables(pos)  # [N, 1, n_rot/2] each
+        layout = StepLayout([c for c, _ in segs], [len(t) for _, t in segs])  # rows' sequences, positions
+        cos, sin = self.rope.tables(layout.pos)  # [N, 1, n_rot/2] each
         x = dequantize_rows(self.weights.token_embd, toks)  # [N, dim]
         for li, blk in enumerate(self.weights.blocks):
             if self.heartbeat is not None:
                 self.heartbeat()  # a server's hang detector hears from a long forward once per layer
             h = rms_norm(x, blk.attn_norm, self.config.norm_eps)  # [N, dim]
-            x += qmatmul([blk.wo], self._attention(li, blk, h, segs, cos, sin))[0]  # [N, dim]
+            x += qmatmul([blk.wo], self._attention(li, blk, h, layout, cos, sin))[0]  # [N, dim]
             h = rms_norm(x, blk.ffn_norm, self.config.norm_eps)  # [N, dim]
             x += self._ffn(blk, h)  # [N, dim]
         return x
@@ -109,19 +109,11 @@ class Model:
             q, k = rms_norm(q, blk.q_norm, c.norm_eps), rms_norm(k, blk.k_norm, c.norm_eps)  # per head
         return q, k, v
 
-    def _attention(self, li, blk, h, segs, cos, sin):
+    def _attention(self, li, blk, h, layout, cos, sin):
         q, k, v = self._qkv(blk, h)
         self.rope.apply(q, cos, sin)
         self.rope.apply(k, cos, sin)
-        out = np.empty((len(h), self.config.n_head * self.config.head_dim), dtype=np.float32)  # [N, H*hd]
-        off = 0
-        for cache, toks in segs:
-            p0, s = len(cache), len(toks)
-            cache.k[li, :, p0:p0 + s] = k[off:off + s].transpose(1, 0, 2)
-            cache.v[li, :, p0:p0 + s] = v[off:off + s].transpose(1, 0, 2)
-            out[off:off + s] = attend(q[off:off + s], cache.k[li], cache.v[li], p0)
-            off += s
-        return out
+        return attend_step(layout, li, q, k, v)  # [N, H*hd], every sequence of the step in one call
 
     def _ffn(self, blk, h):
         if blk.experts is not None:

@@ -40,3 +40,24 @@ def test_extending_stored_kv_equals_recompute(model):
     ext = model.forward([(cache, full[6:])], all_logits=True)[0]
     np.testing.assert_allclose(ext, ref[6:], rtol=1e-4, atol=1e-4)
     assert len(cache) == len(full) and cache.common_prefix(full) == len(full)
+
+
+def test_eight_streams_decode_greedily_as_each_alone(model):
+    """Eight sequences of different lengths decoded together (one weight pass and one attention call
+    per layer and step) pick the same greedy tokens as each sequence decoded on its own."""
+    rng = np.random.default_rng(11)
+    prompts = [rng.integers(3, model.config.n_vocab, size=n).tolist() for n in (2, 5, 1, 8, 3, 13, 4, 6)]
+    caches = [model.new_cache(64) for _ in prompts]
+    rows = [r[-1] for r in model.forward(list(zip(caches, prompts)))]
+    together = [[int(r.argmax())] for r in rows]
+    for _ in range(4):
+        rows = [r[-1] for r in model.forward([(c, [t[-1]]) for c, t in zip(caches, together)])]
+        for t, r in zip(together, rows):
+            t.append(int(r.argmax()))
+    for p, t in zip(prompts, together):
+        cache, alone = model.new_cache(64), []
+        nxt = p
+        for _ in range(5):
+            alone.append(int(model.forward([(cache, nxt)])[0][-1].argmax()))
+            nxt = [alone[-1]]
+        assert alone == t
