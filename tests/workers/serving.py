@@ -49,9 +49,10 @@ class Launched:
 
 
 class Server(Launched):
-    """A pantheon-serve process; `url` once it listens; `stop()` sends SIGTERM and waits."""
+    """A pantheon-serve process; `url` once it listens and its models have settled (a model settles only
+    after its kernels are compiled: minutes on a cold cache and a busy machine); `stop()` sends SIGTERM."""
 
-    def __init__(self, args, ready_timeout=120.0, env=None, program=None):
+    def __init__(self, args, ready_timeout=600.0, env=None, program=None):
         program = program or [str(ROOT / "bin" / "pantheon-serve")]
         super().__init__([sys.executable, *program, "--port", "0", *args], ready_timeout, env)
         self._await_health(ready_timeout)
