@@ -4,7 +4,7 @@ engine, against one stream and against the same die's prefill tokens/s (issue 17
 and 3x one stream at 8 streams).
 
   bench_batch.py MODEL.gguf [--threads 2] [--streams 8] [--prompt 128] [--context 32] [--gen 32]
-                 [--repeats 3]
+                 [--repeats 3] [--quantize]
 
 Prefill: one sequence of --prompt tokens in one forward. Streams: --streams requests of --context
 prompt tokens each, added to one Engine (max_batch = streams); once every stream has its first token,
@@ -59,7 +59,7 @@ def streams_run(model, prompts, gen):
 def measure(args):
     import pantheon
 
-    model = pantheon.open_model(args.model, threads=args.threads)
+    model = pantheon.open_model(args.model, threads=args.threads, quantize=args.quantize)
     long = prompt_tokens(args.prompt, model.config.n_vocab)
     prompts = [prompt_tokens(args.context + i, model.config.n_vocab)[i:] for i in range(args.streams)]
     streams_run(model, prompts[:2], 2)  # JIT compile or cache load, not timed
@@ -90,6 +90,7 @@ def main():
     p.add_argument("--context", type=int, default=32, help="prompt tokens of each stream")
     p.add_argument("--gen", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--quantize", action="store_true", help="float matrices to Q8_0 in memory (open_model)")
     args = p.parse_args()
     f = measure(args)
     print(f"model: {args.model}, {args.threads} threads, {args.streams} streams")
@@ -97,7 +98,8 @@ def main():
           f" {'vs 1 stream':>12} {'greedy equal':>13}")
     print(f"{f['prefill_tps']:>12.2f} {f['one_stream_tps']:>13.2f} {f['streams_tps']:>15.2f}"
           f" {f['vs_prefill']:>11.2f} {f['vs_one_stream']:>12.2f} {str(f['greedy_equal']):>13}")
-    print(json.dumps({"model": os.path.basename(args.model), "threads": args.threads, "streams": args.streams,
+    print(json.dumps({"model": os.path.basename(args.model), "quantize": args.quantize, "threads": args.threads,
+                      "streams": args.streams,
                       "prompt": args.prompt, "context": args.context, "gen": args.gen,
                       **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.items()}}))
 

@@ -50,7 +50,8 @@ def assert_serves(server, oracle, start_id=700, n=50):
     assert out.ended_once() and out.status == 200 and out.text == oracle.text(start_id, n), out
 
 
-def restarted(server, name, old_pid, timeout=15):
+def restarted(server, name, old_pid, timeout=120):
+    # a replacement is up once its kernels are loaded from numba's cache: seconds, more on a busy machine
     return wait_for(lambda: (lambda d: d["pid"] not in (0, old_pid) and d["state"] == "up" and d)(
         dies(server)[name]), timeout)
 
@@ -101,8 +102,9 @@ def test_a_hung_worker_dumps_its_stack_on_sigabrt_and_is_replaced(servers, model
     pid = dies(srv)["cpu0"]["pid"]
     struck = time.monotonic()
     os.kill(pid, signal.SIGUSR2)  # chaos hook: the main thread sleeps inside a handler; the heartbeat stops
+    assert wait_for(lambda: dies(srv)["cpu0"]["pid"] not in (0, pid), 15), dies(srv)["cpu0"]
+    took = time.monotonic() - struck  # detected, aborted and respawned (its warm-up is not the detector's)
     assert restarted(srv, "cpu0", pid), dies(srv)["cpu0"]
-    took = time.monotonic() - struck
     log = srv.log()
     assert f"(pid {pid}) missed its heartbeat" in log and "SIGABRT" in log
     dump = log[log.index("Fatal Python error: Aborted"):]
@@ -229,7 +231,7 @@ def test_a_stopped_worker_shows_stalled_and_its_stream_moves_within_seconds(serv
     out = box["out"]
     assert out.ended_once() and out.text == oracle.text(300, 400), oracle.first_difference(out)
     assert out.ended - stopped["at"] < 20, out.ended - stopped["at"]
-    assert restarted(srv, replica, stopped["pid"], timeout=30)
+    assert restarted(srv, replica, stopped["pid"])
 
 
 def test_poison_pill_a_request_at_two_worker_deaths_ends_with_an_error(servers, model, oracle):
