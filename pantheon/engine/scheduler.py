@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pantheon.errors import ContextOverflow, EngineError
+from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
 from pantheon.engine.sampler import Sampler, SamplingParams
 
 
@@ -32,6 +33,9 @@ class Request:
     # a grammar (pantheon.text.grammar.Constraint, duck-typed): mask(logits) -> logits before each
     # sample, accept(token) after it, finished once the grammar allows nothing more
     constraint: object = field(default=None, compare=False)
+    # None: no logprobs; k in 0..MAX_TOP: each TokenEvent carries the token's logprob and the k best
+    # alternatives, from the raw logits (before bias, penalties, grammar, temperature and truncation)
+    logprobs: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class TokenEvent:
     id: int
     token: int
     index: int
+    logprob: Optional[TokenLogprob] = None  # when the request asked for logprobs
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,8 @@ class Engine:
             raise ContextOverflow(f"prompt of {len(req.prompt)} tokens leaves no room in a context of {self.config.n_ctx}")
         if req.max_tokens < 1:
             raise EngineError(f"max_tokens must be at least 1, got {req.max_tokens}")
+        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP:
+            raise EngineError(f"logprobs must be in 0..{MAX_TOP}, got {req.logprobs}")
         if req.id in self.running or any(w.id == req.id for w in self.waiting):
             raise EngineError(f"request id {req.id} is already live")
         Sampler(req.params, self.model.config.n_vocab)
@@ -176,6 +183,7 @@ class Engine:
         return events
 
     def _emit(self, seq, logits):
+        raw = logits  # logprobs are the model's own distribution, before any mask or bias
         grammar = seq.req.constraint
         tok = seq.forced_token()
         if tok is None:
@@ -189,7 +197,8 @@ class Engine:
             return [self._finish(seq, "stop")]
         seq.track(tok)
         seq.generated.append(tok)
-        events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1)]
+        scored = None if seq.req.logprobs is None else token_logprob(raw, tok, seq.req.logprobs)
+        events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1, logprob=scored)]
         if grammar is not None:
             grammar.accept(tok)
             if grammar.finished:

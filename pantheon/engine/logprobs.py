@@ -1,0 +1,42 @@
+"""Log-probabilities of chosen tokens: log_softmax of the model's own logits, and the best alternatives."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_TOP = 20  # alternatives per token: OpenAI's chat limit, and what vLLM accepts on completions
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One token's log-probability under the model's distribution and the `k` likeliest tokens there.
+
+    top: ((token id, logprob), ...) best first; ties go to the smaller id.
+    """
+
+    token: int
+    logprob: float
+    top: tuple = ()
+
+
+def log_softmax(logits):
+    """float64 [n_vocab] log-probabilities of float32 logits; -inf logits stay -inf."""
+    x = np.asarray(logits, dtype=np.float64)  # [n_vocab]
+    finite = x[np.isfinite(x)]  # [m]
+    peak = finite.max() if finite.size else 0.0
+    return x - (peak + np.log(np.exp(finite - peak).sum()))  # [n_vocab]
+
+
+def token_logprob(logits, token, k):
+    """TokenLogprob of `token` with the `k` (0..MAX_TOP) best alternatives, from raw float32 logits."""
+    lp = log_softmax(logits)  # [n_vocab]
+    return TokenLogprob(int(token), float(lp[token]), _top(lp, k))
+
+
+def _top(lp, k):
+    if k <= 0:
+        return ()
+    k = min(k, lp.size)
+    part = np.argpartition(-lp, k - 1)[:k]  # [k] unordered
+    best = part[np.lexsort((part, -lp[part]))]  # [k] by logprob, then id
+    return tuple((int(i), float(lp[i])) for i in best)
