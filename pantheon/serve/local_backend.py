@@ -47,10 +47,12 @@ class LocalStream:
         """Consecutive token events become one Tokens, so a slow reader catches up in one go."""
         item = self._backlog.popleft()
         if isinstance(item, Tokens):
-            ids = list(item.ids)
+            ids, scores = list(item.ids), list(item.logprobs)
             while self._backlog and isinstance(self._backlog[0], Tokens):
-                ids += self._backlog.popleft().ids
-            return Tokens(tuple(ids), item.seq)
+                more = self._backlog.popleft()
+                ids += more.ids
+                scores += more.logprobs
+            return Tokens(tuple(ids), item.seq, tuple(scores))
         self._done = True
         if isinstance(item, Exception):
             raise item
@@ -84,7 +86,7 @@ class _Runner:
     def submit(self, req):
         constraint = Constraint(self.model.tokenizer, req.grammar) if req.grammar else None
         engine_req = Request(next(self._ids), tuple(req.prompt), req.max_tokens, req.sampling,
-                             frozenset(req.stop_ids), req.session, constraint=constraint)
+                             frozenset(req.stop_ids), req.session, constraint=constraint, logprobs=req.logprobs)
         stream = LocalStream(self, engine_req)
         with self._lock:
             if self.state != "loaded":
@@ -172,7 +174,7 @@ class _Runner:
             if stream is None:
                 continue
             if not isinstance(ev, DoneEvent):
-                stream.events.put(Tokens((ev.token,), ev.index))
+                stream.events.put(Tokens((ev.token,), ev.index, () if ev.logprob is None else (ev.logprob,)))
                 continue
             del active[ev.id]
             if ev.reason == "error":

@@ -90,14 +90,17 @@ class GenerationRequest:
     session: Optional[str] = None
     reasoning_budget: int = 0
     grammar: Optional[str] = None  # a compiled llguidance grammar (pantheon.text.grammar.compile_spec)
+    logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives
 
 
 @dataclass(frozen=True)
 class Tokens:
-    """New token ids of one request, in order (seq = index of the first one)."""
+    """New token ids of one request, in order (seq = index of the first one); with logprobs asked for,
+    one pantheon.engine.logprobs.TokenLogprob per id, else ()."""
 
     ids: tuple
     seq: int
+    logprobs: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,14 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from pantheon.serve.http import chat_plan, sse, validate
+from pantheon.serve.http import chat_plan, choices, sse, validate
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
 from pantheon.serve.http.generation import Generation
-from pantheon.serve.http.shapes import FINGERPRINT, Envelope
+from pantheon.serve.http.logprobs import TokenText
+from pantheon.serve.http.shapes import FINGERPRINT, Envelope, total_usage
 from pantheon.engine.sampler import SamplingParams
 
 SESSION_HEADER = "X-Session-Id"
@@ -50,21 +51,33 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     sampling = SamplingParams(**parsed.sampling)
     sampling.validate(served.tokenizer.n_vocab)
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
-                             frozenset(served.tokenizer.stop_ids), session, grammar=grammar)
+                             frozenset(served.tokenizer.stop_ids), session, grammar=grammar,
+                             logprobs=parsed.logprobs)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One choice to generate: its prompt ids, chat output parser, grammar and echoed prompt text."""
+
+    ids: list
+    output: object = None
+    grammar: Optional[str] = None
+    echo: str = ""
 
 
 class SseBody:
-    """The WSGI body of a stream; close() (waitress calls it when the socket dies) cancels the generation."""
+    """The WSGI body of a stream; close() (waitress calls it when the socket dies) cancels the generations."""
 
-    def __init__(self, events, generation):
-        self._events, self._generation = events, generation
+    def __init__(self, events, *generations):
+        self._events, self._generations = events, generations
 
     def __iter__(self):
         return self._events
 
     def close(self):
         self._events.close()
-        self._generation.cancel()
+        for generation in self._generations:
+            generation.cancel()
 
 
 class _GenerateResource:
@@ -77,69 +90,61 @@ class _GenerateResource:
     def on_post(self, req, resp):
         started = time.perf_counter()
         parsed = validate.check(validate.read_json(req, self.options.body_limit), self.schema, self.required)
-        served, stream, output = self._start(req, parsed)
-        echo = self.echo_text(served, parsed)
-        replica = getattr(stream, "replica", None)
+        served = resolve(self.backend, parsed.model)
+        req.context.model = served.name
+        picks = self._start(req, served, parsed, started)
+        replica = getattr(picks[0].gen.stream, "replica", None)
         if replica:
             resp.set_header("X-Pantheon-Replica", replica)  # which die runs it: for operators and tests
-        gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env), self.options.recorder,
-                         served.name, started, self.options.watch)
         env = Envelope(self.chat, served.name, self.options.fingerprint, parsed.stream and parsed.include_usage)
         if parsed.stream:
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)
-            resp.stream = SseBody(self._events(gen, env, output, echo), gen)
+            resp.stream = SseBody(self._events(picks, env), *(c.gen for c in picks))
         else:
-            text = echo + "".join(gen.pieces())
-            if output is None:
-                resp.media = env.body(text, gen.finish_reason, gen.usage)
-            else:
-                output.push(text)
-                output.finish()
-                resp.media = env.body(text, _reason(gen, output), gen.usage, output.message())
+            try:
+                bodies = [choices.whole(env, c) for c in picks]
+            finally:
+                for c in picks:
+                    c.gen.cancel()  # a no-op for those that ended; the others must not run on unread
+            resp.media = env.body(bodies, total_usage(c.gen.usage for c in picks))
 
-    def _start(self, req, parsed):
-        """Route, build the prompt, check the budget and start the generation (refusals raise here)."""
-        served = resolve(self.backend, parsed.model)
-        req.context.model = served.name
+    def _start(self, req, served, parsed, started):
+        """Build every prompt first (a bad one starts nothing), then start one generation per choice; a
+        refusal cancels those already started."""
         session = req.get_header(SESSION_HEADER) or parsed.user
-        ids, output, grammar = self.prepare(served, parsed)
-        request = generation_request(served, parsed, ids, session, self.options.default_max_tokens, grammar)
-        return served, self.backend.generate(request), output
-
-    def echo_text(self, served, parsed):
-        return ""
-
-    def _events(self, gen, env, output, echo=""):
+        plans = self.prepare(served, parsed)
+        spell = None if parsed.logprobs is None else TokenText(served.tokenizer)
+        requests = [generation_request(served, parsed, p.ids, session, self.options.default_max_tokens, p.grammar)
+                    for p in plans]
+        picks = []
         try:
-            if self.chat:
-                yield sse.event(env.chunk("", role="assistant"))
-            if echo:
-                yield sse.event(env.chunk(echo))
-            for text in gen.pieces():
-                if output is None:
-                    yield sse.event(env.chunk(text))
-                else:
-                    yield from (sse.event(env.delta_chunk(d)) for d in output.push(text))
-            if output is not None:
-                yield from (sse.event(env.delta_chunk(d)) for d in output.finish())
+            for i, (plan, request) in enumerate(zip(plans, requests)):
+                gen = Generation(self.backend.generate(request), served.tokenizer, parsed.stop,
+                                 disconnect_check(req.env), self.options.recorder, served.name, started,
+                                 self.options.watch)
+                picks.append(choices.Choice(i, gen, plan.output, plan.echo, spell))
+        except BaseException:
+            for c in picks:
+                c.gen.cancel()
+            raise
+        return picks
+
+    def _events(self, picks, env):
+        try:
+            for chunk in choices.merged([choices.chunks(env, c) for c in picks]):
+                yield sse.event(chunk)
         except BackendError as exc:  # headers are gone: report in-band, as OpenAI-style servers do
+            for c in picks:
+                c.gen.cancel()
             yield sse.event(error_body(str(exc), exc.type, exc.code))
             yield sse.DONE
             return
-        if gen.finish_reason == "abort":
+        if any(c.gen.finish_reason == "abort" for c in picks):
             return
-        yield sse.event(env.chunk(None if self.chat else "", _reason(gen, output)))
         if env.include_usage:
-            yield sse.event(env.usage_chunk(gen.usage))
+            yield sse.event(env.usage_chunk(total_usage(c.gen.usage for c in picks)))
         yield sse.DONE
-
-
-def _reason(gen, output):
-    """OpenAI says "tool_calls" when a reply that ended by itself called tools."""
-    if output is not None and output.has_calls and gen.finish_reason == "stop":
-        return "tool_calls"
-    return gen.finish_reason
 
 
 class ChatCompletions(_GenerateResource):
@@ -147,31 +152,30 @@ class ChatCompletions(_GenerateResource):
     schema, required = validate.CHAT, ("messages",)
 
     def prepare(self, served, parsed):
-        """Prompt ids and the parser that splits the reply into content, reasoning and tool calls."""
+        """The prompt and the parser that splits the reply into content, reasoning and tool calls."""
         plan = chat_plan.plan(served, parsed, self.options.reasoning_format)
-        return plan.ids, plan.output, plan.grammar
+        return [Plan(plan.ids, plan.output, plan.grammar)]
 
 
 class Completions(_GenerateResource):
     schema, required = validate.COMPLETIONS, ("prompt",)
 
     def prepare(self, served, parsed):
-        return self.prompt_ids(served, parsed), None, None
+        """One choice per prompt of the list, in order."""
+        return [Plan(self.prompt_ids(served, p), echo=self.echo_text(served, p) if parsed.echo else "")
+                for p in parsed.prompt]
 
-    def echo_text(self, served, parsed):
-        """With echo, the prompt as text: as sent, or its token ids decoded."""
-        if not parsed.echo:
-            return ""
-        if isinstance(parsed.prompt, str):
-            return parsed.prompt
-        return served.tokenizer.decode(parsed.prompt)
+    @staticmethod
+    def echo_text(served, prompt):
+        """The prompt as text: as sent, or its token ids decoded."""
+        return prompt if isinstance(prompt, str) else served.tokenizer.decode(prompt)
 
-    def prompt_ids(self, served, parsed):
-        if isinstance(parsed.prompt, str):
-            check_text_fits(served, parsed.prompt, "the prompt")
-            ids = served.prompts.raw(parsed.prompt)
+    def prompt_ids(self, served, prompt):
+        if isinstance(prompt, str):
+            check_text_fits(served, prompt, "the prompt")
+            ids = served.prompts.raw(prompt)
         else:
-            ids = parsed.prompt
+            ids = prompt
             if len(ids) >= served.n_ctx:
                 return ids  # generation_request refuses it by its length; skip the per-id scan
             bad = [t for t in ids if not 0 <= t < served.tokenizer.n_vocab]

@@ -25,6 +25,10 @@ class Generation:
         self.usage = usage()
         self.tokens = 0
         self.token_ids = []  # every generated id, for llama-server's return_tokens
+        # with logprobs: a TokenLogprob per token up to the one that completed a stop string, and the
+        # character offset of each token's text in the decoded completion
+        self.scores, self.offsets = [], []
+        self._chars = 0
         self.first_at = self.ended_at = None  # perf_counter of the first token and of the end
         self._last = None
 
@@ -51,7 +55,7 @@ class Generation:
                 self.cancel()
                 return
             if isinstance(event, Tokens):
-                text = self.stops.push(self._text(event))
+                text = self._text(event)
                 if text:
                     yield text
                 if self.stops.matched is not None:
@@ -74,7 +78,19 @@ class Generation:
         self.first_at = self.first_at or now
         self.tokens += len(event.ids)
         self.token_ids += event.ids
-        return self.detok.push_many(event.ids)
+        if not event.logprobs:
+            return self.stops.push(self.detok.push_many(event.ids))
+        return "".join(self._scored(tid, score) for tid, score in zip(event.ids, event.logprobs))
+
+    def _scored(self, tid, score):
+        """One token's safe text, recording its logprob and offset (none after a stop string matched)."""
+        if self.stops.matched is not None:
+            return ""
+        self.scores.append(score)
+        self.offsets.append(self._chars)
+        text = self.detok.push(tid)
+        self._chars += len(text)
+        return self.stops.push(text)
 
     def _end_at_stop_string(self):
         """Cancel the rest, but wait for the backend's Finished: it knows the prompt and cache counts."""

@@ -10,6 +10,7 @@ from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_
 from pantheon.serve.http.disconnect import disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
 from pantheon.serve.http.generation import Generation
+from pantheon.serve.http.logprobs import TokenText, native_probabilities
 from pantheon.engine.sampler import SamplingParams
 from pantheon.errors import InvalidParameter
 from pantheon.text import grammar as grammars
@@ -57,6 +58,11 @@ def zero_only(name, v):
     return v
 
 
+def n_probs(name, v):
+    """0 (none) up to validate.MAX_TOP_LOGPROBS alternatives per token (llama-server allows more)."""
+    return validate.integer(name, v, 0, validate.MAX_TOP_LOGPROBS)
+
+
 def one_only(name, v):
     if v != 1 or isinstance(v, bool):
         raise _bad(name, f"{name} is not supported (got {v!r}); omit it or send 1.0")
@@ -91,7 +97,7 @@ COMPLETION = dict(SAMPLING, model=validate.string, prompt=native_prompt, n_predi
                   max_tokens=validate.positive, stop=validate.stop, stream=validate.boolean,
                   cache_prompt=validate.boolean, ignore_eos=validate.boolean, id_slot=validate.integer,
                   return_tokens=validate.boolean, timings_per_token=validate.boolean, n_keep=validate.integer,
-                  n_probs=zero_only, typical_p=one_only, mirostat=zero_only, n_indent=zero_only,
+                  n_probs=n_probs, typical_p=one_only, mirostat=zero_only, n_indent=zero_only,
                   dry_multiplier=zero_only, xtc_probability=zero_only, dynatemp_range=zero_only,
                   post_sampling_probs=validate.false_only, grammar=validate.string, json_schema=json_object,
                   samplers=validate.null_only, lora=validate.null_only)
@@ -118,7 +124,7 @@ class NativeCompletion:
                                                 self.options.default_max_tokens))
         gen = Generation(stream, served.tokenizer, body.get("stop", ()), disconnect_check(req.env),
                          self.options.recorder, served.name, started, self.options.watch)
-        reply = _Reply(served, body, ids, gen, started)
+        reply = _Reply(served, body, ids, gen, started, TokenText(served.tokenizer) if body.get("n_probs") else None)
         if body.get("stream", False):
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)
@@ -177,7 +183,8 @@ def _request(served, body, ids, session, default_max_tokens):
         sampling["logit_bias"] = {**sampling.get("logit_bias", {}),
                                   **{t: float("-inf") for t in served.tokenizer.stop_ids}}
     wanted = body.get("n_predict", body.get("max_tokens"))  # absent: the server's default_max_tokens
-    parsed = validate.Parsed(max_tokens=served.n_ctx if wanted == -1 else wanted, sampling=sampling)
+    parsed = validate.Parsed(max_tokens=served.n_ctx if wanted == -1 else wanted, sampling=sampling,
+                             logprobs=body.get("n_probs") or None)
     if not ids:
         raise _bad("prompt", "tokenizes to no tokens at all", "invalid_value")
     return generation_request(served, parsed, ids, session, default_max_tokens, _grammar(body))
@@ -201,31 +208,41 @@ def _grammar(body):
 class _Reply:
     """llama-server's response objects for one generation."""
 
-    def __init__(self, served, body, ids, gen, started):
+    def __init__(self, served, body, ids, gen, started, spell=None):
         self.served, self.body, self.ids, self.gen, self.started = served, body, ids, gen, started
+        self.spell, self._sent = spell, 0  # with n_probs: token spellings, and the probabilities sent
 
     def events(self):
         try:
             for text in self.gen.pieces():
-                yield sse.event({"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": -1,
-                                 "tokens_predicted": self.gen.tokens, "tokens_evaluated": len(self.ids)})
+                yield sse.event(self._probabilities({"index": 0, "content": text, "tokens": [], "stop": False,
+                                                     "id_slot": -1, "tokens_predicted": self.gen.tokens,
+                                                     "tokens_evaluated": len(self.ids)}))
         except BackendError as exc:
             yield sse.event(error_body(str(exc), exc.type, exc.code))
             return
         if self.gen.finish_reason != "abort":
             yield sse.event(self.final(""))
 
+    def _probabilities(self, out):
+        """`out` with completion_probabilities of the tokens not yet sent, when n_probs asked for them."""
+        if self.spell is not None:
+            scores, self._sent = self.gen.scores[self._sent:], len(self.gen.scores)
+            out["completion_probabilities"] = native_probabilities(self.spell, scores)
+        return out
+
     def final(self, text):
         gen, usage = self.gen, self.gen.usage
         matched = gen.stops.matched
         stop_type = "word" if matched else {"length": "limit"}.get(gen.finish_reason, "eos")
-        return {"index": 0, "content": text, "tokens": gen.token_ids if self.body.get("return_tokens") else [],
-                "id_slot": -1, "stop": True, "model": self.served.name,
-                "tokens_predicted": usage["completion_tokens"], "tokens_evaluated": usage["prompt_tokens"],
-                "tokens_cached": usage["prompt_tokens_details"]["cached_tokens"],
-                "generation_settings": _settings(self.served, self.body), "prompt": self._prompt_text(),
-                "has_new_line": "\n" in text, "truncated": False, "stop_type": stop_type,
-                "stopping_word": matched or "", "timings": self._timings()}
+        out = {"index": 0, "content": text, "tokens": gen.token_ids if self.body.get("return_tokens") else [],
+               "id_slot": -1, "stop": True, "model": self.served.name,
+               "tokens_predicted": usage["completion_tokens"], "tokens_evaluated": usage["prompt_tokens"],
+               "tokens_cached": usage["prompt_tokens_details"]["cached_tokens"],
+               "generation_settings": _settings(self.served, self.body), "prompt": self._prompt_text(),
+               "has_new_line": "\n" in text, "truncated": False, "stop_type": stop_type,
+               "stopping_word": matched or "", "timings": self._timings()}
+        return self._probabilities(out)
 
     def _prompt_text(self):
         prompt = self.body.get("prompt", "")

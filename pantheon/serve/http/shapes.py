@@ -28,25 +28,23 @@ class Envelope:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
                 "system_fingerprint": self.fingerprint}
 
-    def chunk(self, text=None, finish_reason=None, role=None):
+    def chunk(self, text=None, finish_reason=None, role=None, index=0, logprobs=None):
         """A stream chunk: chat carries `delta` (with the role on the first one), text carries `text`."""
         if self.chat:
             delta = {} if text is None else {"content": text}
             if role is not None:
                 delta = {"role": role, **delta}
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-            out = dict(self._head("chat.completion.chunk"), choices=[choice])
-        else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
-            out = dict(self._head("text_completion"), choices=[choice])
-        if self.include_usage:
-            out["usage"] = None
-        return out
+            return self.delta_chunk(delta, finish_reason, index, logprobs)
+        choice = {"index": index, "text": text or "", "logprobs": logprobs, "finish_reason": finish_reason}
+        return self._chunk("text_completion", choice)
 
-    def delta_chunk(self, delta, finish_reason=None):
+    def delta_chunk(self, delta, finish_reason=None, index=0, logprobs=None):
         """A chat stream chunk carrying one `delta` (content, reasoning_content or tool_calls)."""
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        out = dict(self._head("chat.completion.chunk"), choices=[choice])
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        return self._chunk("chat.completion.chunk", choice)
+
+    def _chunk(self, kind, choice):
+        out = dict(self._head(kind), choices=[choice])
         if self.include_usage:
             out["usage"] = None
         return out
@@ -56,11 +54,21 @@ class Envelope:
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return dict(self._head(kind), choices=[], usage=counts)
 
-    def body(self, text, finish_reason, counts, message=None):
-        """The whole non-streaming response; chat takes the `message` (default: plain text content)."""
+    def choice(self, text, finish_reason, message=None, index=0, logprobs=None):
+        """One choice of a whole response; chat takes the `message` (default: plain text content)."""
         if self.chat:
-            choice = {"index": 0, "message": message or {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": finish_reason}
-            return dict(self._head("chat.completion"), choices=[choice], usage=counts)
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return dict(self._head("text_completion"), choices=[choice], usage=counts)
+            return {"index": index, "message": message or {"role": "assistant", "content": text},
+                    "logprobs": logprobs, "finish_reason": finish_reason}
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+    def body(self, choices, counts):
+        """The whole non-streaming response: its choices (see `choice`) and the usage of all of them."""
+        return dict(self._head("chat.completion" if self.chat else "text_completion"), choices=choices,
+                    usage=counts)
+
+
+def total_usage(counts):
+    """One usage object summing several choices' (a list of prompts: every prompt counts)."""
+    counts = list(counts)
+    return usage(sum(c["prompt_tokens"] for c in counts), sum(c["completion_tokens"] for c in counts),
+                 sum(c["prompt_tokens_details"]["cached_tokens"] for c in counts))

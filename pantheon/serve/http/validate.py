@@ -1,5 +1,6 @@
 """Request schema checks: every field known, typed and in range, or a 400 that names it."""
 
+import dataclasses
 import json
 import math
 import re
@@ -17,6 +18,8 @@ F32_MAX = 3.4028234663852886e38   # the largest finite float32: the sampler comp
 F32_TINY = 1.1754943508222875e-38  # the smallest normal float32: a divisor below it overflows
 INT32_MAX = 2**31 - 1              # token ids, top_k, repeat_last_n and max_tokens cross the ring as int32
 MAX_DEPTH = 32                     # JSON nesting; every field we accept is far shallower
+MAX_TOP_LOGPROBS = 20              # alternatives per token (OpenAI's chat limit; vLLM's on completions too)
+MAX_PROMPTS = 16                   # prompts in one /v1/completions request: each runs as its own generation
 _TOKEN_KEY = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²".isdigit() is true but int("²") fails
 _SHOWN = 80                        # characters of an offending value quoted in an error message
 
@@ -27,7 +30,7 @@ class Parsed:
 
     model: Optional[str] = None
     messages: Optional[list] = None
-    prompt: object = None  # str or list of token ids (completions)
+    prompt: object = None  # completions: a list of prompts, each a str or a list of token ids
     max_tokens: Optional[int] = None
     sampling: dict = field(default_factory=dict)
     stop: tuple = ()
@@ -41,6 +44,7 @@ class Parsed:
     template_kwargs: dict = field(default_factory=dict)
     response_format: Optional[dict] = None
     echo: bool = False  # completions: the prompt's text leads the answer
+    logprobs: Optional[int] = None  # None: no logprobs; k: each token's logprob and its k best alternatives
 
 
 def _bad(name, message, code="invalid_type"):
@@ -308,15 +312,23 @@ def token_ids(name, v):
     return v
 
 
+def _ids(v):
+    return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+
+
 def prompt(name, v):
-    """A string, a list of exactly one string, or a list of token ids (range checked per model)."""
-    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], str):
-        v = v[0]
-    if isinstance(v, str):
-        return v
-    if isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
-        return v
-    raise _bad(name, "expected a string or a non-empty list of token ids (one prompt per request)")
+    """The list of prompts: a string, a list of token ids (range checked per model), or a list of either."""
+    if isinstance(v, str) or _ids(v):
+        return [v]
+    if not isinstance(v, list) or not v or not all(isinstance(p, str) or _ids(p) for p in v):
+        raise _bad(name, "expected a string, a non-empty list of token ids, or a non-empty list of those")
+    if len(v) > MAX_PROMPTS:
+        raise _bad(name, f"at most {MAX_PROMPTS} prompts per request, got {len(v)}", "invalid_value")
+    return v
+
+
+def top_logprobs(name, v):
+    return integer(name, v, 0, MAX_TOP_LOGPROBS)
 
 
 IGNORED = object()  # what an accepted-and-ignored field checks to; dropped from the values
@@ -335,9 +347,8 @@ COMMON = {
 }
 CHAT = dict(COMMON, **CHAT_LENIENT, messages=messages, max_completion_tokens=positive, tools=tools,
             tool_choice=tool_choice, response_format=response_format, reasoning_format=reasoning_format,
-            chat_template_kwargs=template_kwargs, logprobs=false_only,
-            top_logprobs=null_only)
-COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=false_only, echo=boolean, best_of=n_choices,
+            chat_template_kwargs=template_kwargs, logprobs=boolean, top_logprobs=top_logprobs)
+COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=top_logprobs, echo=boolean, best_of=n_choices,
                    suffix=null_only)
 TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
             "with_pieces": boolean}
@@ -346,7 +357,21 @@ DETOKENIZE = {"model": string, "tokens": token_ids}
 
 def check(body, schema, required):
     """Parsed fields of a generation request body; RequestError naming the first bad or unknown field."""
-    return _parsed(fields(body, schema, required))
+    values = fields(body, schema, required)
+    return dataclasses.replace(_parsed(values), logprobs=_logprobs(values, "messages" in schema))
+
+
+def _logprobs(values, chat):
+    """Chat: logprobs true, with top_logprobs alternatives (OpenAI refuses top_logprobs without it);
+    completions: logprobs is the number of alternatives, and cannot be combined with echo."""
+    if not chat:
+        if values.get("logprobs") is not None and values.get("echo"):
+            raise _bad("logprobs", "logprobs of the echoed prompt are not computed: send echo or logprobs, "
+                       "not both", "unsupported_value")
+        return values.get("logprobs")
+    if values.get("top_logprobs") is not None and not values.get("logprobs"):
+        raise _bad("top_logprobs", "requires \"logprobs\": true", "invalid_value")
+    return values.get("top_logprobs", 0) if values.get("logprobs") else None
 
 
 def fields(body, schema, required=()):

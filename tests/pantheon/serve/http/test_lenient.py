@@ -46,7 +46,7 @@ def test_legacy_functions_become_tools():
 
 def test_completions_accept_the_common_ignored_fields():
     p = validate.check({"prompt": "x", "store": True, "metadata": {}, "user": "u"}, validate.COMPLETIONS, ())
-    assert p.prompt == "x"
+    assert p.prompt == ["x"]
 
 
 def test_routes_without_v1_answer_like_the_v1_ones(served):

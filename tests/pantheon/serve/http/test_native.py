@@ -57,7 +57,28 @@ def test_completion_stop_word_and_ignore_eos(qwen):
         assert cut["stop_type"] == "word" and cut["stopping_word"] == word and word not in cut["content"]
 
 
-@pytest.mark.parametrize("field,value", [("n_probs", 3), ("grammar", "root ::= ("), ("json_schema", {"type": "frobnicate"}), ("mirostat", 2),
+def test_n_probs_gives_completion_probabilities_equal_to_v1_logprobs(qwen):
+    body = {"prompt": "Once upon a time", "n_predict": 5, "temperature": 0, "logit_bias": NO_EOS, "n_probs": 3}
+    out = call(qwen.port, "POST", "/completion", body)[2]
+    probs = out["completion_probabilities"]
+    v1 = call(qwen.port, "POST", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0,
+                                                      "logit_bias": {"2": -100}, "logprobs": 3})[2]
+    lp = v1["choices"][0]["logprobs"]
+    assert [p["token"] for p in probs] == lp["tokens"]
+    assert [p["logprob"] for p in probs] == pytest.approx(lp["token_logprobs"], abs=1e-4)
+    for p in probs:
+        assert set(p) == {"id", "token", "bytes", "logprob", "top_logprobs"} and len(p["top_logprobs"]) == 3
+        assert p["top_logprobs"][0]["id"] == p["id"]  # greedy: the chosen token is the likeliest
+        assert bytes(p["bytes"]).decode("utf-8", "replace") == p["token"] or p["token"].startswith("bytes:")
+    status, _, text = call(qwen.port, "POST", "/completion", dict(body, stream=True))
+    events = [json.loads(b[len("data: "):]) for b in text.split("\n\n") if b]
+    streamed = [p for e in events for p in e["completion_probabilities"]]
+    assert [p["id"] for p in streamed] == [p["id"] for p in probs]
+    assert [p["logprob"] for p in streamed] == pytest.approx([p["logprob"] for p in probs], abs=1e-6)
+    assert "completion_probabilities" not in call(qwen.port, "POST", "/completion", dict(body, n_probs=0))[2]
+
+
+@pytest.mark.parametrize("field,value", [("n_probs", 21), ("n_probs", -1), ("grammar", "root ::= ("), ("json_schema", {"type": "frobnicate"}), ("mirostat", 2),
                                          ("n_predict", 0), ("prompt", {"x": 1}), ("samplers", ["top_k"]),
                                          ("bogus", 1), ("logit_bias", [[1]])])
 def test_completion_refuses_what_it_does_not_do(qwen, field, value):

@@ -26,7 +26,7 @@ def test_required_field_and_stream_options():
     assert err.value.param == "prompt" and err.value.status == 400
     p = validate.check({"prompt": [1, 2], "stream": True, "stream_options": {"include_usage": True}},
                        validate.COMPLETIONS, ("prompt",))
-    assert p.include_usage and p.stream and p.prompt == [1, 2]
+    assert p.include_usage and p.stream and p.prompt == [[1, 2]]
     with pytest.raises(RequestError) as err:
         validate.check({"prompt": "x", "stream_options": {"include_usage": 1}}, validate.COMPLETIONS, ())
     assert err.value.param == "stream_options.include_usage"

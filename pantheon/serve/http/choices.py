@@ -1,0 +1,107 @@
+"""The choices of one response: each its own generation, formatted whole or merged into one event stream."""
+
+import queue
+import threading
+from dataclasses import dataclass, field
+
+from pantheon.serve.http import logprobs as shapes_lp
+
+_END = object()
+
+
+@dataclass
+class Choice:
+    """One generation of a response: its index, text source, chat output parser and echoed prompt."""
+
+    index: int
+    gen: object  # pantheon.serve.http.generation.Generation
+    output: object = None  # chat: the parser splitting content, reasoning and tool calls; None for text
+    echo: str = ""
+    spell: object = None  # a logprobs.TokenText when logprobs were asked for, else None
+    _sent: int = field(default=0, repr=False)  # scores already sent in stream chunks
+
+    @property
+    def reason(self):
+        """OpenAI says "tool_calls" when a reply that ended by itself called tools."""
+        if self.output is not None and self.output.has_calls and self.gen.finish_reason == "stop":
+            return "tool_calls"
+        return self.gen.finish_reason
+
+    def logprobs(self, chat, scores=None, offsets=None):
+        """This choice's logprobs object for `scores` (default: all of them), or None when not asked."""
+        if self.spell is None:
+            return None
+        scores = self.gen.scores if scores is None else scores
+        if chat:
+            return shapes_lp.chat_logprobs(self.spell, scores)
+        return shapes_lp.completion_logprobs(self.spell, scores, self.gen.offsets if offsets is None else offsets)
+
+    def new_logprobs(self, chat):
+        """The logprobs of tokens not yet sent in a chunk (None when there are none or none were asked)."""
+        start, end = self._sent, len(self.gen.scores)
+        if self.spell is None or start == end:
+            return None
+        self._sent = end
+        return self.logprobs(chat, self.gen.scores[start:end], self.gen.offsets[start:end])
+
+
+def whole(env, choice):
+    """The non-streaming choice object (its generation runs to the end here)."""
+    text = choice.echo + "".join(choice.gen.pieces())
+    message = None
+    if choice.output is not None:
+        choice.output.push(text)
+        choice.output.finish()
+        message = choice.output.message()
+    return env.choice(text, choice.reason, message, choice.index, choice.logprobs(env.chat))
+
+
+def chunks(env, choice):
+    """Stream chunks of one choice, its finish chunk last (none when it was aborted)."""
+    chat, i = env.chat, choice.index
+    if chat:
+        yield env.chunk("", role="assistant", index=i)
+    if choice.echo:
+        yield env.chunk(choice.echo, index=i)
+    for text in choice.gen.pieces():
+        if choice.output is None:
+            yield env.chunk(text, index=i, logprobs=choice.new_logprobs(chat))
+            continue
+        for delta in choice.output.push(text):
+            yield env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat))
+    if choice.output is not None:
+        for delta in choice.output.finish():
+            yield env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat))
+    if choice.gen.finish_reason != "abort":
+        yield env.chunk(None if chat else "", choice.reason, index=i, logprobs=choice.new_logprobs(chat))
+
+
+def merged(sources):
+    """Items of several iterators as they come; one thread per iterator when there are several.
+
+    An exception in any of them is raised here, after the items it produced before it."""
+    if len(sources) == 1:
+        yield from sources[0]
+        return
+    inbox = queue.Queue()
+    for source in sources:
+        threading.Thread(target=_pump, args=(source, inbox), daemon=True).start()
+    live = len(sources)
+    while live:
+        item, error = inbox.get()
+        if error is not None:
+            raise error
+        if item is _END:
+            live -= 1
+        else:
+            yield item
+
+
+def _pump(source, inbox):
+    try:
+        for item in source:
+            inbox.put((item, None))
+    except Exception as exc:  # handed to the consuming thread, which reports it in-band
+        inbox.put((None, exc))
+        return
+    inbox.put((_END, None))

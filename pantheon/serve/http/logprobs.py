@@ -1,0 +1,68 @@
+"""Logprobs in OpenAI's chat and completions shapes and llama-server's completion_probabilities."""
+
+import math
+
+FLOOR = -9999.0  # what OpenAI reports for a token the model gives no probability at all (JSON has no -inf)
+
+
+def _number(lp):
+    return lp if math.isfinite(lp) and lp > FLOOR else FLOOR
+
+
+class TokenText:
+    """Each token's own text and UTF-8 bytes (control tokens spelled out), cached per id."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._seen = {}
+
+    def __call__(self, tid):
+        """(text, bytes): a token that is not whole UTF-8 reads "bytes:\\xNN..." as in OpenAI's answers."""
+        hit = self._seen.get(tid)
+        if hit is None:
+            raw = self.tokenizer.token_bytes(tid, special=True)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+            hit = self._seen[tid] = (text, list(raw))
+        return hit
+
+
+def chat_content(spell, scores):
+    """choice.logprobs.content: one entry per token with its top_logprobs (best first)."""
+    return [dict(_chat_entry(spell, s.token, s.logprob),
+                 top_logprobs=[_chat_entry(spell, t, lp) for t, lp in s.top]) for s in scores]
+
+
+def _chat_entry(spell, tid, lp):
+    text, raw = spell(tid)
+    return {"token": text, "logprob": _number(lp), "bytes": raw}
+
+
+def chat_logprobs(spell, scores):
+    return {"content": chat_content(spell, scores), "refusal": None}
+
+
+def completion_logprobs(spell, scores, offsets):
+    """text_completion's logprobs: tokens, token_logprobs, top_logprobs (token -> logprob, the chosen token
+    always among them, so up to k + 1 entries) and each token's character offset in the choice's text."""
+    tokens, values, tops = [], [], []
+    for s in scores:
+        tokens.append(spell(s.token)[0])
+        values.append(_number(s.logprob))
+        top = {spell(t)[0]: _number(lp) for t, lp in s.top}
+        top.setdefault(tokens[-1], values[-1])
+        tops.append(top)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": list(offsets)}
+
+
+def native_probabilities(spell, scores):
+    """llama-server's completion_probabilities: id, token, bytes, logprob and top_logprobs per token."""
+    return [dict(_native_entry(spell, s.token, s.logprob),
+                 top_logprobs=[_native_entry(spell, t, lp) for t, lp in s.top]) for s in scores]
+
+
+def _native_entry(spell, tid, lp):
+    text, raw = spell(tid)
+    return {"id": tid, "token": text, "bytes": raw, "logprob": _number(lp)}
