@@ -4,7 +4,7 @@ import json
 import time
 
 from pantheon import __version__
-from pantheon.serve.http import chat_plan, sse, validate
+from pantheon.serve.http import chat_plan, choices, sse, validate
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_request, resolve
 from pantheon.serve.http.disconnect import disconnect_check
@@ -69,11 +69,25 @@ def one_only(name, v):
     return v
 
 
+def _one_prompt(v):
+    return isinstance(v, str) or (isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool)
+                                                                          for t in v))
+
+
 def native_prompt(name, v):
-    if isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool)
-                                                                 for t in v)):
+    """A string, token ids, or a list of those (several prompts: the answer is a list)."""
+    if _one_prompt(v):
         return v
-    raise _bad(name, "expected a string or a non-empty list of token ids", "invalid_type")
+    if not isinstance(v, list) or not v or not all(_one_prompt(p) for p in v):
+        raise _bad(name, "expected a string, a non-empty list of token ids, or a list of those", "invalid_type")
+    if len(v) > validate.MAX_PROMPTS:
+        raise _bad(name, f"at most {validate.MAX_PROMPTS} prompts per request, got {len(v)}", "invalid_value")
+    return v
+
+
+def several(prompt):
+    """True for a list of prompts (strings or lists of ids), not one prompt of token ids."""
+    return isinstance(prompt, list) and not isinstance(prompt[0], int)
 
 
 def extra_chunks(name, v):
@@ -119,18 +133,39 @@ class NativeCompletion:
         body = validate.fields(validate.read_json(req, self.options.body_limit), self.schema, self.required)
         served = resolve(self.backend, body.get("model"))
         req.context.model = served.name
-        ids = self.prompt_ids(served, body)
-        stream = self.backend.generate(_request(served, body, ids, req.get_header(SESSION_HEADER),
-                                                self.options.default_max_tokens))
-        gen = Generation(stream, served.tokenizer, body.get("stop", ()), disconnect_check(req.env),
-                         self.options.recorder, served.name, started, self.options.watch)
-        reply = _Reply(served, body, ids, gen, started, TokenText(served.tokenizer) if body.get("n_probs") else None)
+        bodies = [dict(body, prompt=p) for p in body["prompt"]] if several(body.get("prompt")) else [body]
+        replies = self._start(req, served, bodies, started)
+        gens = [r.gen for r in replies]
         if body.get("stream", False):
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)
-            resp.stream = SseBody(reply.events(), gen)
-        else:
-            resp.media = reply.final("".join(gen.pieces()))
+            resp.stream = SseBody(choices.merged([r.events() for r in replies]), *gens)
+            return
+        try:
+            out = [r.final("".join(r.gen.pieces())) for r in replies]
+        finally:
+            for gen in gens:
+                gen.cancel()  # a no-op for those that ended
+        resp.media = out if several(body.get("prompt")) else out[0]
+
+    def _start(self, req, served, bodies, started):
+        """A _Reply per prompt; every prompt is checked before any generation starts."""
+        session = req.get_header(SESSION_HEADER)
+        requests = [_request(served, b, self.prompt_ids(served, b), session, self.options.default_max_tokens)
+                    for b in bodies]
+        spell = TokenText(served.tokenizer) if bodies[0].get("n_probs") else None
+        replies = []
+        try:
+            for i, (b, request) in enumerate(zip(bodies, requests)):
+                gen = Generation(self.backend.generate(request), served.tokenizer, b.get("stop", ()),
+                                 disconnect_check(req.env), self.options.recorder, served.name, started,
+                                 self.options.watch)
+                replies.append(_Reply(served, b, list(request.prompt), gen, started, spell, i))
+        except BaseException:
+            for r in replies:
+                r.gen.cancel()
+            raise
+        return replies
 
     def prompt_ids(self, served, body):
         prompt = body["prompt"]
@@ -208,14 +243,15 @@ def _grammar(body):
 class _Reply:
     """llama-server's response objects for one generation."""
 
-    def __init__(self, served, body, ids, gen, started, spell=None):
+    def __init__(self, served, body, ids, gen, started, spell=None, index=0):
         self.served, self.body, self.ids, self.gen, self.started = served, body, ids, gen, started
         self.spell, self._sent = spell, 0  # with n_probs: token spellings, and the probabilities sent
+        self.index = index  # the prompt's place in a list of prompts
 
     def events(self):
         try:
             for text in self.gen.pieces():
-                yield sse.event(self._probabilities({"index": 0, "content": text, "tokens": [], "stop": False,
+                yield sse.event(self._probabilities({"index": self.index, "content": text, "tokens": [], "stop": False,
                                                      "id_slot": -1, "tokens_predicted": self.gen.tokens,
                                                      "tokens_evaluated": len(self.ids)}))
         except BackendError as exc:
@@ -235,7 +271,7 @@ class _Reply:
         gen, usage = self.gen, self.gen.usage
         matched = gen.stops.matched
         stop_type = "word" if matched else {"length": "limit"}.get(gen.finish_reason, "eos")
-        out = {"index": 0, "content": text, "tokens": gen.token_ids if self.body.get("return_tokens") else [],
+        out = {"index": self.index, "content": text, "tokens": gen.token_ids if self.body.get("return_tokens") else [],
                "id_slot": -1, "stop": True, "model": self.served.name,
                "tokens_predicted": usage["completion_tokens"], "tokens_evaluated": usage["prompt_tokens"],
                "tokens_cached": usage["prompt_tokens_details"]["cached_tokens"],

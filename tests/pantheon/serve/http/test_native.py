@@ -78,8 +78,23 @@ def test_n_probs_gives_completion_probabilities_equal_to_v1_logprobs(qwen):
     assert "completion_probabilities" not in call(qwen.port, "POST", "/completion", dict(body, n_probs=0))[2]
 
 
+def test_completion_takes_a_list_of_prompts_and_answers_a_list(qwen):
+    body = {"n_predict": 3, "temperature": 0, "logit_bias": NO_EOS}
+    alone = [call(qwen.port, "POST", "/completion", dict(body, prompt=p))[2] for p in ("Once upon", [1, 500])]
+    status, _, out = call(qwen.port, "POST", "/completion", dict(body, prompt=["Once upon", [1, 500]]))
+    assert status == 200 and [o["index"] for o in out] == [0, 1]
+    assert [o["content"] for o in out] == [a["content"] for a in alone]
+    status, _, text = call(qwen.port, "POST", "/completion", dict(body, prompt=["Once upon", [1, 500]], stream=True))
+    events = [json.loads(b[len("data: "):]) for b in text.split("\n\n") if b]
+    for i, a in enumerate(alone):
+        mine = [e for e in events if e["index"] == i]
+        assert "".join(e["content"] for e in mine) == a["content"] and mine[-1]["stop"] is True
+    status, _, err = call(qwen.port, "POST", "/completion", dict(body, prompt=["fine", [1, 99999]]))
+    assert status == 400 and err["error"]["param"] == "prompt"
+
+
 @pytest.mark.parametrize("field,value", [("n_probs", 21), ("n_probs", -1), ("grammar", "root ::= ("), ("json_schema", {"type": "frobnicate"}), ("mirostat", 2),
-                                         ("n_predict", 0), ("prompt", {"x": 1}), ("samplers", ["top_k"]),
+                                         ("n_predict", 0), ("prompt", {"x": 1}), ("prompt", ["a", 1]), ("prompt", ["a"] * 17), ("samplers", ["top_k"]),
                                          ("bogus", 1), ("logit_bias", [[1]])])
 def test_completion_refuses_what_it_does_not_do(qwen, field, value):
     body = {"prompt": "Hi", "n_predict": 1}
