@@ -6,13 +6,17 @@ from dataclasses import dataclass
 
 from ipc import messages
 from ipc.errors import FrameError
+from pantheon.engine.logprobs import TokenLogprob
 from pantheon.engine.sampler import SamplingParams
 
 # SUBMIT's routing record after the sampling struct and prompt ids; it ends with repeat_last_n (int32,
-# -1 = whole history), the one sampling field the fixed Sampling struct has no room for.
-_ROUTE = struct.Struct("<HHQIIIHHi")
+# -1 = whole history), the one sampling field the fixed Sampling struct has no room for, and logprobs
+# (int32, -1 = none, else the alternatives per token).
+_ROUTE = struct.Struct("<HHQIIIHHii")
 _BIAS = struct.Struct("<If")
 _DONE = struct.Struct("<BxxxIII")
+_SCORE = struct.Struct("<dI")  # TOKENS after the token id: its logprob, then how many alternatives follow
+_ALT = struct.Struct("<Id")  # one alternative: token id, logprob
 FLAG_RANDOM_SEED = 1
 FRONT_SHIFT = 48
 
@@ -56,6 +60,7 @@ class Job:
     think_ids: tuple = (0, 0)
     grammar: str = ""  # a compiled llguidance grammar the reply must follow; "" = none
     grammar_replay: int = 0  # trailing prompt tokens already generated under the grammar (a resumed stream)
+    logprobs: int = -1  # -1: none; k: each token's logprob and its k best alternatives come back
 
 
 def encode_job(job):
@@ -65,7 +70,7 @@ def encode_job(job):
                                  FLAG_RANDOM_SEED if p.seed is None else 0)
     bias = sorted(p.logit_bias.items())
     route = _ROUTE.pack(job.slot, job.front, job.session, job.reasoning_budget, *job.think_ids,
-                        len(job.stop_ids), len(bias), p.repeat_last_n)
+                        len(job.stop_ids), len(bias), p.repeat_last_n, job.logprobs)
     extra = b"".join((route, array.array("I", job.stop_ids).tobytes(),
                       b"".join(_BIAS.pack(int(k), float(v)) for k, v in bias), _grammar_blob(job)))
     return messages.encode_submit(sampling, job.prompt, extra)
@@ -81,7 +86,7 @@ def decode_job(body):
     extra = sub.extra
     if len(extra) < _ROUTE.size:
         raise FrameError(f"SUBMIT routing record of {len(extra)} bytes < {_ROUTE.size}")
-    slot, front, session, budget, t_open, t_close, n_stop, n_bias, last_n = _ROUTE.unpack_from(extra)
+    slot, front, session, budget, t_open, t_close, n_stop, n_bias, last_n, logprobs = _ROUTE.unpack_from(extra)
     end_stop = _ROUTE.size + 4 * n_stop
     end_bias = end_stop + _BIAS.size * n_bias
     if end_bias > len(extra):
@@ -95,7 +100,7 @@ def decode_job(body):
                             frequency_penalty=s.frequency_penalty, logit_bias=bias,
                             seed=None if s.flags & FLAG_RANDOM_SEED else s.seed)
     return Job(slot, front, tuple(sub.prompt), s.max_tokens, params, tuple(stops), session, budget,
-               (t_open, t_close), grammar, replay)
+               (t_open, t_close), grammar, replay, logprobs)
 
 
 def _read_grammar(blob):
@@ -108,6 +113,30 @@ def _read_grammar(blob):
         return int(head), grammar.decode()
     except UnicodeDecodeError:
         raise FrameError("SUBMIT grammar is not UTF-8") from None
+
+
+def encode_token(token, scored=None):
+    """TOKENS body: the id (u32), then with logprobs its logprob and the alternatives (id, logprob)."""
+    body = int(token).to_bytes(4, "little")
+    if scored is None:
+        return body
+    return b"".join((body, _SCORE.pack(scored.logprob, len(scored.top)), *(_ALT.pack(t, lp) for t, lp in scored.top)))
+
+
+def decode_token(body):
+    """(token id, TokenLogprob or None) of a TOKENS body."""
+    if len(body) < 4:
+        raise FrameError(f"TOKENS body of {len(body)} bytes < 4")
+    token = int.from_bytes(body[:4], "little")
+    if len(body) == 4:
+        return token, None
+    if len(body) < 4 + _SCORE.size:
+        raise FrameError(f"TOKENS body of {len(body)} bytes holds a partial logprob")
+    logprob, k = _SCORE.unpack_from(body, 4)
+    if len(body) != 4 + _SCORE.size + k * _ALT.size:
+        raise FrameError(f"TOKENS body of {len(body)} bytes does not hold {k} alternatives")
+    top = tuple(_ALT.iter_unpack(body[4 + _SCORE.size:]))
+    return token, TokenLogprob(token, logprob, top)
 
 
 def encode_done(reason, prompt_tokens, cached_tokens, completion_tokens):

@@ -138,8 +138,9 @@ class RingStream:
             if msg.kind == Kind.TOKENS:
                 seq = self.offset + msg.seq
                 if seq == len(self.sent):
-                    self.sent.append(int.from_bytes(msg.payload, "little"))
-                    yield Tokens((self.sent[-1],), seq)
+                    token, scored = protocol.decode_token(bytes(msg.payload))
+                    self.sent.append(token)
+                    yield Tokens((token,), seq, () if scored is None else (scored,))
             elif msg.kind == Kind.STATUS:
                 self._note_replica(msg)
             elif msg.kind == Kind.DONE:
@@ -285,7 +286,8 @@ class RingBackend:
         served = self._served_slot(slot, rec)
         budget = req.reasoning_budget or int(rec["reasoning_budget"])
         job = protocol.Job(slot, self.front, tuple(req.prompt), req.max_tokens, req.sampling, tuple(req.stop_ids),
-                           session_hash(req.session), budget, served.think_ids or (0, 0), req.grammar or "")
+                           session_hash(req.session), budget, served.think_ids or (0, 0), req.grammar or "",
+                           logprobs=-1 if req.logprobs is None else req.logprobs)
         stream = RingStream(self, job)
         stream.submit()
         stream.wait_accepted()

@@ -161,7 +161,7 @@ class DieWorker:
             req = Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
                           session=job.session or None, reasoning_budget=job.reasoning_budget,
                           think_ids=job.think_ids if any(job.think_ids) else (),
-                          constraint=_constraint(engine, job))
+                          constraint=_constraint(engine, job), logprobs=None if job.logprobs < 0 else job.logprobs)
             engine.add(req)
         except (PantheonError, KeyError, ValueError) as e:
             self._fail(msg.request_id, protocol.E_BAD_REQUEST, str(e))
@@ -182,7 +182,7 @@ class DieWorker:
         for ev in events:
             out = self.to_front[protocol.front_of(ev.id)]
             if isinstance(ev, TokenEvent):
-                out.send(Kind.TOKENS, ev.id, ev.index, ev.token.to_bytes(4, "little"), timeout=5.0)
+                out.send(Kind.TOKENS, ev.id, ev.index, protocol.encode_token(ev.token, ev.logprob), timeout=5.0)
                 continue
             if ev.reason == "error":
                 self._fail(ev.id, protocol.E_INTERNAL, ev.message or "the engine failed on this request")

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from ipc.errors import FrameError
 from pantheon.engine.sampler import SamplingParams
-from workers.protocol import Job, decode_job, encode_job
+from pantheon.engine.logprobs import TokenLogprob
+from workers.protocol import Job, decode_job, decode_token, encode_job, encode_token
 
 U16, U32, U64 = 2**16 - 1, 2**32 - 1, 2**64 - 1
 INT32_MAX = 2**31 - 1
@@ -45,6 +46,7 @@ JOB = {
     "think_ids": st.tuples(st.integers(0, U32), st.integers(0, U32)),
     "grammar": st.text(max_size=200),
     "grammar_replay": st.integers(0, U32),
+    "logprobs": st.integers(-1, 20),
 }
 
 
@@ -77,3 +79,22 @@ def test_a_truncated_routing_record_is_a_frame_error():
     body = encode_job(Job(0, 0, (1, 2, 3), 16, SamplingParams()))
     with pytest.raises(FrameError):
         decode_job(body[:-3])
+
+
+logprob = st.floats(max_value=0.0, allow_nan=False)  # -inf included: a token of probability 0
+SCORED = st.builds(TokenLogprob, st.integers(0, U32), logprob,
+                   st.lists(st.tuples(st.integers(0, U32), logprob), max_size=20).map(tuple))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.none() | SCORED)
+def test_token_round_trip_keeps_its_logprobs(scored):
+    token = 7 if scored is None else scored.token
+    assert decode_token(encode_token(token, scored)) == (token, scored)
+
+
+def test_a_token_body_cut_short_is_a_frame_error():
+    body = encode_token(5, TokenLogprob(5, -0.5, ((5, -0.5), (9, -1.25))))
+    for cut in (3, 5, len(body) - 1):
+        with pytest.raises(FrameError):
+            decode_token(body[:cut])

@@ -1,0 +1,88 @@
+"""logprobs, n_probs and lists of prompts through pantheon-serve: ids and numbers over the rings, text in the front."""
+
+import json
+import urllib.request
+
+import numpy as np
+import openai
+import pytest
+
+import pantheon
+from pantheon.engine.sampler import SamplingParams
+from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
+from tests.conftest import shared_path
+from tests.workers.serving import Server
+
+PROMPT = [1, 500, 600, 700]
+NO_EOS = {"2": -100}
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = Server(["--model", str(shared_path("golden", "qwen2-q8_0.gguf")), "--name", "qwen2", "--ctx-cap", "256",
+                  "--http-workers", "1"])
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def reference(n):
+    """(greedy tokens, float64 log_softmax rows predicting them) from an in-process engine and forward."""
+    model = pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
+    engine = Engine(model, EngineConfig(n_ctx=64))
+    engine.add(Request(1, tuple(PROMPT), n, SamplingParams(temperature=0.0, logit_bias={2: -100.0})))
+    tokens = []
+    while engine.has_work:
+        tokens += [e.token for e in engine.step() if isinstance(e, TokenEvent)]
+    rows = np.asarray(model.logits(PROMPT + tokens[:-1])[len(PROMPT) - 1:], np.float64)  # [n, n_vocab]
+    rows -= rows.max(1, keepdims=True)
+    return tokens, rows - np.log(np.exp(rows).sum(1, keepdims=True))  # [n, n_vocab]
+
+
+def test_logprobs_over_the_rings_equal_log_softmax_of_the_models_logits(client):
+    tokens, ref = reference(5)
+    out = client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=5, temperature=0, logit_bias=NO_EOS,
+                                    logprobs=4)
+    lp = out.choices[0].logprobs
+    np.testing.assert_allclose(lp.token_logprobs, [ref[i, t] for i, t in enumerate(tokens)], atol=TOL)
+    assert all(len(top) >= 4 and max(top.values()) == pytest.approx(ref[i].max(), abs=TOL)
+               for i, top in enumerate(lp.top_logprobs))
+    chat = client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                          temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens and all(len(e.top_logprobs) == 2 for e in content)
+    streamed = client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "Hi"}],
+                                              max_tokens=4, temperature=0, logprobs=True, top_logprobs=2, stream=True)
+    pieces = [e for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.token for e in pieces] == [e.token for e in content]
+    np.testing.assert_allclose([e.logprob for e in pieces], [e.logprob for e in content], atol=1e-6)
+
+
+def test_a_list_of_prompts_over_the_rings(client):
+    prompts = [PROMPT, "Once upon a time"]
+    out = client.completions.create(model="qwen2", prompt=prompts, max_tokens=3, temperature=0, logit_bias=NO_EOS,
+                                    logprobs=1)
+    alone = [client.completions.create(model="qwen2", prompt=p, max_tokens=3, temperature=0, logit_bias=NO_EOS)
+             for p in prompts]
+    assert [c.index for c in out.choices] == [0, 1]
+    assert [c.text for c in out.choices] == [a.choices[0].text for a in alone]
+    assert all(len(c.logprobs.tokens) == 3 for c in out.choices)
+    assert out.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+
+
+def test_native_n_probs_over_the_rings(server):
+    body = json.dumps({"prompt": PROMPT, "n_predict": 3, "temperature": 0, "n_probs": 2,
+                       "logit_bias": [[2, False]]}).encode()
+    req = urllib.request.Request(server.url + "/completion", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        out = json.loads(resp.read())
+    tokens, ref = reference(3)
+    probs = out["completion_probabilities"]
+    assert [p["id"] for p in probs] == tokens
+    np.testing.assert_allclose([p["logprob"] for p in probs], [ref[i, t] for i, t in enumerate(tokens)], atol=TOL)
+    assert [p["top_logprobs"][0]["id"] for p in probs] == [int(r.argmax()) for r in ref]
