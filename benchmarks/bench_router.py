@@ -4,11 +4,13 @@
   bench_router.py [MODEL.gguf] [--repeats 15] [--max-tokens 64]
 
 Starts one pantheon-serve instance (the bundled demo model unless MODEL is given) registered with a
-`pantheon router`, then alternates the same greedy streaming completion direct and through the
-router (alternating keeps a shared machine's drift out of the comparison) and reports medians of:
-decode tokens/s of the stream, time to first token, and the round trip of a cheap routed request
-(POST /tokenize, the proxy's own latency). Targets (issue 16): decode tokens/s within 2 % and time
-to first token within 2 ms of direct. Prints a table; the last line is one JSON object.
+`pantheon router`, then runs the same greedy streaming completion in pairs, one direct and one through
+the router, back to back and in alternating order, so that a shared machine's drift and noise hit both
+halves of a pair alike. It reports the medians of the paired differences (what the router adds) next
+to each path's own medians, for: decode tokens/s of the stream, time to first token, and the round
+trip of a cheap routed request (POST /tokenize, the proxy's own latency). Targets (issue 16): decode
+tokens/s within 2 % and time to first token within 2 ms of direct. Prints a table; the last line is
+one JSON object.
 """
 
 import argparse
@@ -26,6 +28,7 @@ from tests.pantheon.router.fleet_kit import Router  # noqa: E402
 from tests.workers.serving import Server  # noqa: E402
 
 BAN_EOS = {"2": -100}
+PATHS = ("direct", "router")
 
 
 def stream(url, max_tokens):
@@ -38,7 +41,10 @@ def stream(url, max_tokens):
         for line in r:
             if line.startswith(b"data: {"):
                 arrivals.append(time.perf_counter())
-    return arrivals[0] - t0, (len(arrivals) - 2) / (arrivals[-2] - arrivals[0])  # last event: finish_reason
+    tokens = arrivals[:-1]  # the last event carries finish_reason only
+    if len(tokens) < 2:
+        raise SystemExit(f"{url}: {len(tokens)} token events; --max-tokens must be at least 2")
+    return tokens[0] - t0, (len(tokens) - 1) / (tokens[-1] - tokens[0])
 
 
 def tokenize(url):
@@ -50,55 +56,87 @@ def tokenize(url):
     return time.perf_counter() - t0
 
 
-def measure(paths, repeats, max_tokens):
-    rows = {name: {"ttft": [], "tps": [], "rtt": []} for name in paths}
-    for _ in range(repeats):
-        for name, url in paths.items():
-            ttft, tps = stream(url, max_tokens)
-            rows[name]["ttft"].append(ttft)
-            rows[name]["tps"].append(tps)
-            rows[name]["rtt"].append(tokenize(url))
-    return {name: {k: statistics.median(v) for k, v in r.items()} for name, r in rows.items()}
+def one(url, max_tokens):
+    ttft, tps = stream(url, max_tokens)
+    return {"ttft": ttft, "tps": tps, "rtt": tokenize(url)}
+
+
+def measure(urls, repeats, max_tokens):
+    """Per repeat, one direct and one routed run back to back; the order alternates between repeats."""
+    pairs = []
+    for i in range(repeats):
+        order = PATHS if i % 2 == 0 else PATHS[::-1]
+        runs = {name: one(urls[name], max_tokens) for name in order}
+        pairs.append(runs)
+    return pairs
+
+
+def summarise(pairs):
+    """Each path's medians, and the medians of the per-pair differences (router minus direct)."""
+    med = {name: {k: statistics.median(p[name][k] for p in pairs) for k in ("ttft", "tps", "rtt")}
+           for name in PATHS}
+    loss = [100.0 * (p["direct"]["tps"] - p["router"]["tps"]) / p["direct"]["tps"] for p in pairs]
+    ttft = [1000.0 * (p["router"]["ttft"] - p["direct"]["ttft"]) for p in pairs]
+    rtt = [1000.0 * (p["router"]["rtt"] - p["direct"]["rtt"]) for p in pairs]
+    diff = {"decode_loss_pct": statistics.median(loss), "ttft_added_ms": statistics.median(ttft),
+            "roundtrip_added_ms": statistics.median(rtt)}
+    spread = {"decode_loss_pct": _iqr(loss), "ttft_added_ms": _iqr(ttft), "roundtrip_added_ms": _iqr(rtt)}
+    return med, diff, spread
+
+
+def _iqr(xs):
+    """(25th, 75th) percentile of the paired differences: how far one pair strays on this machine."""
+    if len(xs) < 2:
+        return [xs[0], xs[0]]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return [q[0], q[2]]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default=None)
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=15, help="pairs of runs (one direct, one routed)")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=2, help="pairs run first and not counted")
     args = ap.parse_args()
-    router = Router(["--heartbeat", "1", "--evict-after", "5"])
+    if args.repeats < 1 or args.max_tokens < 3:
+        ap.error("--repeats must be at least 1 and --max-tokens at least 3")
     from pantheon.demo import demo_model_path
 
     model = args.model or str(demo_model_path())
+    router = Router(["--heartbeat", "1", "--evict-after", "5"])
     server = None
     try:
         server = Server(["--http-workers", "1", "--model", model, "--name", "m", "--registry", router.url])
         router.await_fleet(lambda f: "m" in f["models"])
-        paths = {"direct": server.url, "router": router.url}
-        measure(paths, 2, 8)  # warm both paths (connections, caches)
-        med = measure(paths, args.repeats, args.max_tokens)
+        urls = {"direct": server.url, "router": router.url}
+        measure(urls, args.warmup, min(8, args.max_tokens))  # connections, caches, compiled paths
+        pairs = measure(urls, args.repeats, args.max_tokens)
     finally:
         if server is not None:
             server.stop()
         router.stop()
-    report(med, args)
+    report(*summarise(pairs), args)
 
 
-def report(med, args):
-    d, r = med["direct"], med["router"]
-    tps_loss = 100.0 * (d["tps"] - r["tps"]) / d["tps"]
-    ttft_add = 1000.0 * (r["ttft"] - d["ttft"])
-    rtt_add = 1000.0 * (r["rtt"] - d["rtt"])
+def report(med, diff, spread, args):
     print(f"{'path':<8} {'decode tok/s':>13} {'TTFT ms':>9} {'/tokenize ms':>13}")
-    for name, m in med.items():
+    for name in PATHS:
+        m = med[name]
         print(f"{name:<8} {m['tps']:>13.1f} {1000 * m['ttft']:>9.2f} {1000 * m['rtt']:>13.2f}")
-    print(f"router overhead: decode {tps_loss:+.2f} % (target < 2 %), TTFT {ttft_add:+.2f} ms (target < 2 ms), "
-          f"round trip {rtt_add:+.2f} ms; medians of {args.repeats}")
-    print(json.dumps({"bench": "router", "repeats": args.repeats, "max_tokens": args.max_tokens,
-                      "direct": med["direct"], "router": med["router"], "decode_loss_pct": round(tps_loss, 3),
-                      "ttft_added_ms": round(ttft_add, 3), "roundtrip_added_ms": round(rtt_add, 3),
-                      "decode_target_met": tps_loss < 2.0, "ttft_target_met": ttft_add < 2.0}))
+    print(f"router overhead, median of {args.repeats} paired differences [interquartile range]:")
+    print(f"  decode tokens/s lost  {diff['decode_loss_pct']:+7.2f} %   "
+          f"[{spread['decode_loss_pct'][0]:+.2f}, {spread['decode_loss_pct'][1]:+.2f}]  (target < 2 %)")
+    print(f"  time to first token   {diff['ttft_added_ms']:+7.2f} ms  "
+          f"[{spread['ttft_added_ms'][0]:+.2f}, {spread['ttft_added_ms'][1]:+.2f}]  (target < 2 ms)")
+    print(f"  /tokenize round trip  {diff['roundtrip_added_ms']:+7.2f} ms  "
+          f"[{spread['roundtrip_added_ms'][0]:+.2f}, {spread['roundtrip_added_ms'][1]:+.2f}]")
+    out = {"bench": "router", "repeats": args.repeats, "max_tokens": args.max_tokens, "paired": True,
+           "direct": med["direct"], "router": med["router"],
+           **{k: round(v, 3) for k, v in diff.items()},
+           "iqr": {k: [round(a, 3), round(b, 3)] for k, (a, b) in spread.items()},
+           "decode_target_met": diff["decode_loss_pct"] < 2.0, "ttft_target_met": diff["ttft_added_ms"] < 2.0}
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -5,16 +5,40 @@ import time
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
-from waitress.task import ThreadedTaskDispatcher
+from waitress.task import ThreadedTaskDispatcher, WSGITask
+
+from pantheon.serve.settings import STREAM_END_HEADER
 
 SWEEP_S = 1  # how often idle and slow channels are looked for
 HEADER_BYTES = 64 * 1024  # request line + headers; more is a 431 from waitress
+STREAM_END_KEY = STREAM_END_HEADER.upper().replace("-", "_")  # waitress's spelling of request headers
+
+
+class _Task(WSGITask):
+    """Behind `pantheon router` (its X-Pantheon-Stream-End: close), a response of unknown length (an event
+    stream) is delimited by closing the connection instead of chunked: HAProxy sees a chunked stream cut
+    short as a transport error and runs no filter, while an early close is an end of input its stream
+    guard turns into an error event for the client (pantheon/router/stream_guard.lua)."""
+
+    def build_response_header(self):
+        if not self._close_delimit():
+            return super().build_response_header()
+        version, self.version = self.version, "1.0"  # waitress chunks every 1.1 body of unknown length
+        head = super().build_response_header()  # 1.0 framing: no chunks, Connection: close
+        self.version = version
+        return b"HTTP/" + version.encode() + head[len(b"HTTP/1.0"):]
+
+    def _close_delimit(self):
+        asked = self.request.headers.get(STREAM_END_KEY, "").strip().lower() == "close"
+        return asked and self.content_length is None and not any(
+            name.lower() == "content-length" for name, _ in self.response_headers)
 
 
 class _Channel(HTTPChannel):
     """Remembers when the request now being received sent its first byte (the header deadline's start)."""
 
     first_byte = 0.0
+    task_class = _Task
 
     def received(self, data):
         if data and self.request is None:

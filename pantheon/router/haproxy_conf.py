@@ -8,6 +8,9 @@ name uses which backend, and the router fills both through the runtime API.
 import json
 import os
 
+from pantheon.serve.settings import STREAM_END_HEADER
+
+GUARD_LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_guard.lua")
 SESSION_HEADER = "x-session-id"
 INSTANCE_HEADER = "X-Pantheon-Instance"
 
@@ -42,7 +45,7 @@ def model_backend(i):
 def render(config, paths):
     """The whole haproxy.cfg text for `config` (a RouterConfig)."""
     parts = [_global(config, paths), _defaults(config), _frontend(config, paths), _control(config)]
-    parts += [_model_backend(i) for i in range(config.max_models)]
+    parts += [_model_backend(config, i) for i in range(config.max_models)]
     parts.append(_no_model())
     return "\n".join(parts) + "\n"
 
@@ -57,12 +60,17 @@ def write_files(config, paths):
         f.writelines(f"Bearer {k}\n" for k in config.api_keys)
 
 
-def _global(config, paths):
+def _bufsize(config):
     # the buffer must hold the whole body: `model` is read from it before a backend is chosen
+    return config.max_body + 16384
+
+
+def _global(config, paths):
     return "\n".join(["global",
                       f"    stats socket {paths.socket} mode 600 level admin",
                       "    stats timeout 30s",
-                      f"    tune.bufsize {config.max_body + 16384}",
+                      f"    tune.bufsize {_bufsize(config)}",
+                      f'    lua-load "{GUARD_LUA}"',
                       "    log stderr format raw local0 warning"])
 
 
@@ -115,8 +123,11 @@ def _control(config):
     return "\n".join(["backend control", f"    server control 127.0.0.1:{config.control_port}"])
 
 
-def _model_backend(i):
+def _model_backend(config, i):
+    # the stream guard trusts an early end of input only while a quarter of the buffer or less is in use
     return "\n".join([f"backend {model_backend(i)}",
+                      f"    filter lua.pantheon-stream-guard {_bufsize(config) // 4}",
+                      f"    http-request set-header {STREAM_END_HEADER} close",
                       "    balance leastconn",
                       "    stick-table type string len 128 size 100k expire 30m",
                       f"    stick on req.hdr({SESSION_HEADER}) if {{ req.hdr({SESSION_HEADER}) -m found }}",

@@ -28,15 +28,19 @@ class ProxyStartError(PantheonError):
 
 
 def check_version(binary):
-    """HAProxy 2.6 or later (dynamic servers with health checks, json_query), or ProxyStartError."""
+    """HAProxy 2.6 or later (dynamic servers with health checks, json_query) built with Lua (the stream
+    guard's filter), or ProxyStartError."""
     try:
-        out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([binary, "-vv"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ProxyStartError(f"cannot run {binary!r} ({e}); install HAProxy 2.6+ (Debian: apt-get install haproxy)")
     m = re.search(r"version (\d+)\.(\d+)", out)
     if m is None or (int(m[1]), int(m[2])) < (2, 6):
         found = f"{m[1]}.{m[2]}" if m else "an unknown version"
         raise ProxyStartError(f"{binary} is {found}; `pantheon router` needs HAProxy 2.6 or later")
+    if "USE_LUA=1" not in out and "Built with Lua" not in out:
+        raise ProxyStartError(f"{binary} was built without Lua; `pantheon router` loads a Lua filter "
+                              "(Debian's haproxy package has it)")
 
 
 class ProxyProcess:

@@ -91,6 +91,12 @@ class ServeConfig:
     http: HttpLimits = HttpLimits()
 
 
+# `pantheon router` sends `X-Pantheon-Stream-End: close` to instances: a front then ends a stream by
+# closing the connection instead of with a last chunk, so that the proxy sees an instance's death as
+# an early end of input and can append an error event (pantheon/router/stream_guard.lua)
+STREAM_END_HEADER = "X-Pantheon-Stream-End"
+
+
 @dataclass(frozen=True)
 class Registry:
     """`--registry` and friends: the router this instance registers its models with."""

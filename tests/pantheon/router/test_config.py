@@ -54,7 +54,8 @@ def test_haproxy_accepts_the_generated_config(tmp_path):
     text = render(config, paths)
     for needed in ("option http-buffer-request", "json_query('$.model')", "balance leastconn",
                    "stick on req.hdr(x-session-id)", "option httpchk GET /health", "retry-on conn-failure",
-                   "backend m2", f"-f {paths.keys}"):
+                   "backend m2", f"-f {paths.keys}", "lua-load", "stream_guard.lua",
+                   "filter lua.pantheon-stream-guard", "http-request set-header X-Pantheon-Stream-End close"):
         assert needed in text
     assert open(paths.keys).read() == "Bearer key-1\n"
 
@@ -86,6 +87,11 @@ def test_an_old_or_missing_haproxy_is_refused_by_name(tmp_path):
         check_version(str(old))
     with pytest.raises(ProxyStartError, match="install HAProxy 2.6"):
         check_version(str(tmp_path / "absent"))
+    no_lua = tmp_path / "haproxy-nolua"
+    no_lua.write_text("#!/bin/sh\necho 'HAProxy version 2.6.12-1 2023/03/10'\necho '  OPTIONS = USE_PCRE2=1'\n")
+    no_lua.chmod(0o755)
+    with pytest.raises(ProxyStartError, match="built without Lua"):
+        check_version(str(no_lua))
 
 
 def test_importing_the_router_loads_no_engine():

@@ -150,20 +150,26 @@ def _read_events(resp):
     return events, "done" if events and events[-1] == b"[DONE]" else "truncated"
 
 
-def test_a_killed_instance_is_evicted_and_the_survivor_serves(fleet):
+def test_a_killed_instance_ends_its_streams_with_an_error_and_the_survivor_serves(fleet):
     router, servers = fleet
     victim = next(k for k in ("a1", "a2") if _open_probe(router, k, servers))
+    raw, where = _open_stream(router, "A", 1000, 3000, "doomed")  # the bytes the client receives
+    assert where == address_of(servers[victim])
+    reader = ThreadPoolExecutor(1).submit(_read_events, raw)  # read as it comes: never a full buffer
     client = openai.OpenAI(base_url=router.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    raw = client.completions.with_raw_response.create(model="A", prompt=[1000], max_tokens=3000, temperature=0,
+    sdk = client.completions.with_raw_response.create(model="A", prompt=[1001], max_tokens=3000, temperature=0,
                                                       stream=True, extra_headers={"X-Session-Id": "doomed"})
-    assert router.instance_of(dict(raw.headers), fleet_view(router)) == address_of(servers[victim])
-    chunks = iter(raw.parse())
+    assert router.instance_of(dict(sdk.headers), fleet_view(router)) == address_of(servers[victim])
+    chunks = iter(sdk.parse())
     assert next(chunks).choices[0].text
-    servers[victim].kill_tree()
+    servers[victim].kill_tree()  # SIGKILL to the whole instance, mid-stream
     killed = time.monotonic()
-    with pytest.raises(openai.APIConnectionError):  # the body ends without its last chunk: not a finished stream
+    _assert_ends_with_the_lost_event(*reader.result(timeout=30))
+    with pytest.raises(openai.APIError) as caught:  # the SDK raises; it never returns a short answer as done
         for chunk in chunks:
             assert chunk.choices[0].finish_reason is None
+    assert not isinstance(caught.value, openai.APIConnectionError), caught.value
+    assert caught.value.body["code"] == "instance_lost" and "retry" in caught.value.message
     survivor = address_of(servers["a2" if victim == "a1" else "a1"])
     # at once, before eviction: the sticky session's server is dead; HAProxy retries on the survivor
     early = ThreadPoolExecutor(1).submit(complete, router, "A", 30, 3, "doomed")
@@ -178,6 +184,15 @@ def test_a_killed_instance_is_evicted_and_the_survivor_serves(fleet):
         _, headers = complete(router, "A", 31 + i, 3, session="doomed" if i % 2 else None)
         assert router.instance_of(headers, view) == survivor
     del servers[victim]
+
+
+def _assert_ends_with_the_lost_event(events, ending):
+    """The stream the killed instance was sending: its tokens, then the router's error event, then [DONE]."""
+    assert ending == "done", events[-3:]
+    error = json.loads(events[-2])["error"]
+    assert (error["type"], error["code"]) == ("server_error", "instance_lost"), error
+    tokens = [json.loads(e)["choices"][0] for e in events[:-2]]
+    assert len(tokens) >= 1 and all(t["finish_reason"] is None for t in tokens)
 
 
 def _open_probe(router, key, servers):
