@@ -23,7 +23,7 @@ Guard.__index = Guard
 
 -- `self` is the configured filter (see register_filter below); one guard per stream
 function Guard:new()
-    return setmetatable({tail = "", ended = false, quiet = self.quiet}, Guard)
+    return setmetatable({tail = "", ended = false, chunks = false, quiet = self.quiet}, Guard)
 end
 
 local function header(msg, name)
@@ -39,8 +39,12 @@ local function close_delimited_events(msg)
 end
 
 function Guard:http_headers(txn, msg)
-    if msg:is_resp() and close_delimited_events(msg) then
-        msg:add_header("transfer-encoding", "chunked")
+    if not msg:is_resp() then  -- HTTP/1.0 has no chunks (and an HTTP/2 client has frames)
+        self.chunks = txn.f:req_ver() == "1.1"
+    elseif close_delimited_events(msg) then
+        if self.chunks then
+            msg:add_header("transfer-encoding", "chunked")
+        end
         filter.register_data_filter(self, msg.channel)
     end
 end

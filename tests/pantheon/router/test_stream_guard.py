@@ -188,6 +188,20 @@ def test_a_reset_instance_is_a_cut_connection_without_an_event(proxy):
     assert b"instance_lost" not in body and DONE not in body
 
 
+def test_an_http10_client_gets_the_event_close_delimited(proxy):
+    port, _ = proxy
+    body = json.dumps({"model": "m", "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"POST /die HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert b" 200 " in head.split(b"\r\n")[0] and b"transfer-encoding" not in head.lower(), head
+    assert body.startswith(EVENT) and body.endswith(DONE) and b'"code":"instance_lost"' in body
+
+
 def test_other_responses_are_not_touched(proxy):
     port, _ = proxy
     status, ctype, body, _ = fetch(port, "/json")
