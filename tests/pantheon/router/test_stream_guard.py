@@ -6,7 +6,6 @@ and then finishes, dies (its socket closes), or is reset. The client must be tol
 
 import http.client
 import json
-import os
 import socket
 import struct
 import subprocess
