@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The cost of the `pantheon router` path (HAProxy) against talking to the instance directly.
 
-  bench_router.py [MODEL.gguf] [--repeats 15] [--max-tokens 64]
+  bench_router.py [MODEL.gguf] [--repeats 15] [--max-tokens 64] [--synthetic MS]
 
 Starts one pantheon-serve instance (the bundled demo model unless MODEL is given) registered with a
 `pantheon router`, then runs the same greedy streaming completion in pairs, one direct and one through
@@ -11,6 +11,10 @@ to each path's own medians, for: decode tokens/s of the stream, time to first to
 trip of a cheap routed request (POST /tokenize, the proxy's own latency). Targets (issue 16): decode
 tokens/s within 2 % and time to first token within 2 ms of direct. Prints a table; the last line is
 one JSON object.
+
+--synthetic MS replaces the instance by a scripted one (benchmarks/router_upstream.py) that streams
+--max-tokens events MS milliseconds apart, with no model: the proxy's own cost, without a model's
+step-to-step noise drowning it.
 """
 
 import argparse
@@ -25,6 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.pantheon.router.fleet_kit import Router  # noqa: E402
+from benchmarks.router_upstream import ScriptedInstance  # noqa: E402
 from tests.workers.serving import Server  # noqa: E402
 
 BAN_EOS = {"2": -100}
@@ -98,16 +103,14 @@ def main():
     ap.add_argument("--repeats", type=int, default=15, help="pairs of runs (one direct, one routed)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=2, help="pairs run first and not counted")
+    ap.add_argument("--synthetic", type=float, metavar="MS", help="a scripted instance, an event every MS ms")
     args = ap.parse_args()
-    if args.repeats < 1 or args.max_tokens < 3:
-        ap.error("--repeats must be at least 1 and --max-tokens at least 3")
-    from pantheon.demo import demo_model_path
-
-    model = args.model or str(demo_model_path())
+    if args.repeats < 1 or args.max_tokens < 3 or (args.synthetic is not None and args.synthetic < 0):
+        ap.error("--repeats must be at least 1, --max-tokens at least 3, --synthetic at least 0")
     router = Router(["--heartbeat", "1", "--evict-after", "5"])
     server = None
     try:
-        server = Server(["--http-workers", "1", "--model", model, "--name", "m", "--registry", router.url])
+        server = start_instance(args, router.url)
         router.await_fleet(lambda f: "m" in f["models"])
         urls = {"direct": server.url, "router": router.url}
         measure(urls, args.warmup, min(8, args.max_tokens))  # connections, caches, compiled paths
@@ -117,6 +120,16 @@ def main():
             server.stop()
         router.stop()
     report(*summarise(pairs), args)
+
+
+def start_instance(args, router_url):
+    """pantheon-serve with the model (the demo model by default), or the scripted instance."""
+    if args.synthetic is not None:
+        return ScriptedInstance(router_url, args.synthetic / 1000.0)
+    from pantheon.demo import demo_model_path
+
+    model = args.model or str(demo_model_path())
+    return Server(["--http-workers", "1", "--model", model, "--name", "m", "--registry", router_url])
 
 
 def report(med, diff, spread, args):
@@ -131,7 +144,9 @@ def report(med, diff, spread, args):
           f"[{spread['ttft_added_ms'][0]:+.2f}, {spread['ttft_added_ms'][1]:+.2f}]  (target < 2 ms)")
     print(f"  /tokenize round trip  {diff['roundtrip_added_ms']:+7.2f} ms  "
           f"[{spread['roundtrip_added_ms'][0]:+.2f}, {spread['roundtrip_added_ms'][1]:+.2f}]")
-    out = {"bench": "router", "repeats": args.repeats, "max_tokens": args.max_tokens, "paired": True,
+    upstream = "pantheon-serve" if args.synthetic is None else f"scripted, an event every {args.synthetic:g} ms"
+    print(f"instance: {upstream}")
+    out = {"bench": "router", "instance": upstream, "repeats": args.repeats, "max_tokens": args.max_tokens, "paired": True,
            "direct": med["direct"], "router": med["router"],
            **{k: round(v, 3) for k, v in diff.items()},
            "iqr": {k: [round(a, 3), round(b, 3)] for k, (a, b) in spread.items()},

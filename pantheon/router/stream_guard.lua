@@ -26,16 +26,17 @@ function Guard:new()
     return setmetatable({tail = "", ended = false, chunks = false, quiet = self.quiet}, Guard)
 end
 
-local function header(msg, name)
-    local values = msg:get_headers()[name]
+local function first(headers, name)
+    local values = headers[name]
     return values and values[0]
 end
 
 -- a stream the instance delimits by closing: no length, no chunking
 local function close_delimited_events(msg)
-    local ctype = header(msg, "content-type")
+    local headers = msg:get_headers()
+    local ctype = first(headers, "content-type")
     return ctype ~= nil and string.find(string.lower(ctype), "text/event-stream", 1, true) == 1
-        and header(msg, "content-length") == nil and header(msg, "transfer-encoding") == nil
+        and first(headers, "content-length") == nil and first(headers, "transfer-encoding") == nil
 end
 
 function Guard:http_headers(txn, msg)
