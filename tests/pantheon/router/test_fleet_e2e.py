@@ -4,15 +4,13 @@ The tests run in file order and share one fleet: the later ones kill, drain and 
 """
 
 import json
-import os
 import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.pantheon.router.fleet_kit import Router, address_of, http_request, instance, require_haproxy
+from tests.pantheon.router.fleet_kit import Router, address_of, instance, require_haproxy
 from tests.workers.chaos_kit import counting_model
 
 openai = pytest.importorskip("openai")
