@@ -1,8 +1,8 @@
-"""Where numba keeps compiled kernels: a directory named by a hash of every CPU engine source file.
+"""Where numba keeps compiled kernels: a directory named by a hash of every CPU kernel source file.
 
 numba keys a cached function on its own source file only: a kernel in `q8dot.py` compiled against an
 intrinsic of `simd.py` would be loaded unchanged after `simd.py` is edited. Naming the whole cache
-directory by a digest of all the engine's sources makes any such edit select a fresh, empty directory,
+directory by a digest of every kernel source (kernel_sources) makes any such edit select a fresh, empty directory,
 so nothing compiled against an older helper is ever loaded (old directories are left for the user to
 delete). The directory is chosen when the first kernel is decorated (numba fixes a function's cache
 location then), so `configure` must run before the kernel modules are imported.
@@ -16,17 +16,23 @@ import pathlib
 import numba
 
 ENGINE = pathlib.Path(__file__).resolve().parents[1]  # pantheon/engine
-# Every module that defines numba CPU functions or feeds them (the GPU engine has its own compiler).
-SOURCE_DIRS = (ENGINE, ENGINE / "kernels")
 
 _state = {"base": None, "active": None}
 
 
+def kernel_sources():
+    """Every file numba compiles from: kernels/*.py, and the engine modules that use the jit decorators
+    (attention, ops); the rest of the engine (scheduler, sampler, model) is plain Python, and an edit
+    there must not cost a recompile of every kernel."""
+    users = [p for p in ENGINE.glob("*.py") if "kernels.jit import" in p.read_text()]
+    return sorted([*ENGINE.glob("kernels/*.py"), *users])
+
+
 @functools.lru_cache(maxsize=1)
 def source_digest():
-    """sha256 (hex, 16 chars) over the names and bytes of every .py file in SOURCE_DIRS."""
+    """sha256 (hex, 16 chars) over numba's version and the names and bytes of kernel_sources()."""
     h = hashlib.sha256(numba.__version__.encode())
-    for path in sorted(p for d in SOURCE_DIRS for p in d.glob("*.py")):
+    for path in kernel_sources():
         h.update(path.relative_to(ENGINE).as_posix().encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
