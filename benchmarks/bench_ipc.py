@@ -15,7 +15,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ipc import Channel, Kind  # noqa: E402
+from ipc import Channel  # noqa: E402
+from workers.protocol import Kind  # noqa: E402
 
 SMALL = 64
 BIG = 64 << 10

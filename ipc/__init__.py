@@ -3,11 +3,11 @@
 from ipc.channel import Channel, Receiver, Sender
 from ipc.errors import (FrameError, IpcError, LayoutError, MessageTooLarge, RingFull,
                         SegmentError, ShmFull)
-from ipc.frames import Kind, Message
+from ipc.frames import Message
 from ipc.segment import Segment, owned_entries, reap_orphans
 
 __all__ = [
-    "Channel", "Sender", "Receiver", "Segment", "Kind", "Message", "owned_entries",
+    "Channel", "Sender", "Receiver", "Segment", "Message", "owned_entries",
     "reap_orphans", "IpcError", "SegmentError", "ShmFull", "RingFull", "FrameError",
     "MessageTooLarge", "LayoutError",
 ]

@@ -6,7 +6,7 @@ import time
 from ipc import frames
 from ipc.doorbell import make_doorbell
 from ipc.errors import FrameError, MessageTooLarge, RingFull
-from ipc.frames import FIRST, HEADER, HEADER_SIZE, KINDS, LAST, MAGIC, VERSION, Kind, Message
+from ipc.frames import FIRST, HEADER, HEADER_SIZE, KINDS, LAST, MAGIC, VERSION, Message
 from ipc.ring import HEADER_SIZE as HEADER_SIZE_RING
 from ipc.ring import (OFF_GEN, OFF_READ_SEQ, OFF_SLEEPING, SLOT_HEADER, U32, U64, WRITING, Ring,
                       ring_bytes)
@@ -19,7 +19,6 @@ _DATA = SLOT_HEADER + HEADER_SIZE
 _U64_MAX = (1 << 64) - 1
 _U32_MAX = 0xFFFFFFFF
 _FLAGS = FIRST | LAST
-_KIND = {int(k): k for k in Kind}
 _SLOT = struct.Struct("<Q" + HEADER.format.lstrip("<"))
 _new = tuple.__new__
 # the header's first 8 bytes read as one word: magic, version, (kind), flags, reserved
@@ -203,7 +202,7 @@ class Receiver:
                     and k == total <= self.frag_cap and self._asm is None):
                 # the common case inlined: one whole, current, well-formed frame
                 start = self._base + off
-                msg = _new(Message, (_KIND[kind], rid, gen, seq, self._mm[start:start + k]))
+                msg = _new(Message, (kind, rid, gen, seq, self._mm[start:start + k]))
                 ring.rseq = rseq + 1
                 U64.pack_into(buf, OFF_READ_SEQ, rseq + 1)
                 return msg
@@ -232,7 +231,7 @@ class Receiver:
             if k != total:
                 raise FrameError(f"single-fragment message has {k} bytes, header says {total}")
             start = self._base + off
-            return _new(Message, (_KIND[kind], rid, gen, seq, self._mm[start:start + k]))
+            return _new(Message, (kind, rid, gen, seq, self._mm[start:start + k]))
         data = self._buf[off + _DATA:off + _DATA + k]
         return self._assemble(kind, flags, rid, gen, seq, total, data)
 
@@ -256,7 +255,7 @@ class Receiver:
         self._asm = None
         if filled != total:
             raise FrameError(f"message ended at {filled} of {total} bytes")
-        return _new(Message, (_KIND[kind], rid, gen, seq, bytes(body)))
+        return _new(Message, (kind, rid, gen, seq, bytes(body)))
 
     def _drop_partial(self):
         """A new message began while one was half-assembled: its producer was replaced."""

@@ -1,13 +1,14 @@
-"""Frame protocol: a fixed 32-byte header on every slot, a closed set of kinds, checked limits.
+"""Frame format: a fixed 32-byte header on every slot, an opaque kind byte, checked limits.
 
 Header (little-endian), at slot offset 8 right after the ring's commit sequence:
     u16 magic  u8 version  u8 kind  u8 flags  u8 reserved  u16 reserved
     u64 request_id  u32 generation  u32 seq  u32 total_len  u32 frag_len
 A message whose payload does not fit one slot travels as consecutive fragments that repeat
-the header; the first carries FIRST, the last LAST (a one-slot message carries both).
+the header; the first carries FIRST, the last LAST (a one-slot message carries both). What a kind
+means is the business of the processes that speak over the rings (workers/protocol.py); the
+transport only refuses kind 0, which marks a slot never written.
 """
 
-import enum
 import struct
 from typing import NamedTuple
 
@@ -24,28 +25,13 @@ U32_MAX = 0xFFFFFFFF
 U64_MAX = (1 << 64) - 1
 
 
-class Kind(enum.IntEnum):
-    """Every message kind the rings carry; anything else is a protocol error."""
-
-    SUBMIT = 1
-    CANCEL = 2
-    TOKENS = 3
-    DONE = 4
-    ERROR = 5
-    LOAD = 6
-    UNLOAD = 7
-    STATUS = 8
-    SHUTDOWN = 9
-    PING = 10
-
-
-KINDS = frozenset(int(k) for k in Kind)
+KINDS = frozenset(range(1, 256))
 
 
 class Message(NamedTuple):
     """One reassembled message as the consumer sees it."""
 
-    kind: Kind
+    kind: int  # 1..255; workers.protocol.Kind names them
     request_id: int
     generation: int
     seq: int

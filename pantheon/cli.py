@@ -1,12 +1,9 @@
 """The `pantheon` command: one-shot generation and interactive chat with one model; `pantheon router` hands off."""
 
 import argparse
-import json
 import os
-import resource
 import subprocess
 import sys
-import time
 
 from pantheon import __version__
 from pantheon.errors import PantheonError
@@ -65,94 +62,6 @@ def build_commit():
     return out.stdout.strip() or "unknown"
 
 
-class Session:
-    """One model, one engine and one conversation: turns reuse the previous turns' KV cache."""
-
-    def __init__(self, model, params, max_tokens):
-        from pantheon.engine.scheduler import Engine, EngineConfig
-        from pantheon.text.prompting import PromptBuilder
-
-        self.model, self.params, self.max_tokens = model, params, max_tokens
-        self.engine = Engine(model, EngineConfig(n_ctx=min(model.config.n_ctx_train, 4096), max_batch=1))
-        self.prompts = PromptBuilder(model.tokenizer, model.chat_metadata)
-        self.turn = 0
-
-    def generate(self, ids, out):
-        """Stream the reply to `out`; returns (text, stats)."""
-        from pantheon.text.detokenize import Detokenizer
-        from pantheon.engine.scheduler import Request, TokenEvent
-
-        self.turn += 1
-        self.engine.add(Request(self.turn, tuple(ids), self.max_tokens, self.params,
-                                frozenset(self.model.tokenizer.stop_ids), session="cli"))
-        detok, pieces, times = Detokenizer(self.model.tokenizer), [], [time.perf_counter()]
-        while self.engine.has_work:
-            for ev in self.engine.step():
-                if isinstance(ev, TokenEvent):
-                    times.append(time.perf_counter())
-                    pieces.append(detok.push(ev.token))
-                    out.write(pieces[-1])
-                    out.flush()
-        pieces.append(detok.flush())
-        out.write(pieces[-1])
-        return "".join(pieces), _stats(len(ids), times)
-
-
-def _stats(n_prompt, times):
-    n_gen = len(times) - 1
-    prefill_s = times[1] - times[0] if n_gen else times[-1] - times[0]
-    decode_s = times[-1] - times[1] if n_gen > 1 else 0.0
-    return {"prompt_tokens": n_prompt,
-            "prefill_tokens_per_s": round(n_prompt / prefill_s, 2) if prefill_s > 0 else 0.0,
-            "generated_tokens": n_gen,
-            "decode_tokens_per_s": round((n_gen - 1) / decode_s, 2) if decode_s > 0 else 0.0,
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-
-
-def chat_loop(session, system, stdin, stdout):
-    messages = [{"role": "system", "content": system}] if system else []
-    interactive = stdin.isatty()
-    while True:
-        if interactive:
-            stdout.write("> ")
-            stdout.flush()
-        line = stdin.readline()
-        if not line:
-            return 0
-        if not line.strip():
-            continue
-        messages.append({"role": "user", "content": line.rstrip("\n")})
-        reply, _ = session.generate(session.prompts.chat(messages), stdout)
-        stdout.write("\n")
-        messages.append({"role": "assistant", "content": reply})
-
-
-def _open(args):
-    from pantheon.engine.model import open_model
-
-    path = args.model
-    if path is None:
-        from pantheon.demo import demo_model_path
-
-        path = str(demo_model_path())
-    return open_model(path, threads=args.threads, quantize=args.quantize, config=args.config)
-
-
-def run(args, stdout=sys.stdout, stderr=sys.stderr):
-    from pantheon.engine.sampler import SamplingParams
-
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
-    session = Session(_open(args), params, args.max_tokens)
-    if args.chat:
-        return chat_loop(session, args.system, sys.stdin, stdout)
-    ids = session.prompts.raw(args.prompt) if args.raw else session.prompts.chat([{"role": "user", "content": args.prompt}])
-    _, stats = session.generate(ids, stdout)
-    stdout.write("\n")
-    if args.bench:
-        stderr.write(json.dumps(stats) + "\n")
-    return 0
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["router"]:
@@ -171,6 +80,8 @@ def main(argv=None):
         parser.error("--vocab (RWKV) models are not supported yet")
     if args.config and not args.model:
         parser.error("--config names the config.json of a --model; give --model too")
+    from pantheon.oneshot import run
+
     try:
         return run(args)
     except (PantheonError, OSError) as e:

@@ -13,7 +13,11 @@ import re
 import shutil
 import sys
 
+from pantheon.engine.model_weights import bind_weights
 from pantheon.errors import PantheonError, UsageError
+from pantheon.hf.config import read_json
+from pantheon.hf.names import gguf_name
+from pantheon.source import open_files
 
 TEXT_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja",
               "special_tokens_map.json")
@@ -158,8 +162,6 @@ def write_safetensors(state, out_dir, shard_bytes):
 
 def convert(checkpoint, out_dir, params=None, config=None, text_dir=None, dtype="auto", shard_bytes=4 << 30):
     """Write `checkpoint` as an HF directory at `out_dir` (which must not exist) and check that it binds."""
-    from pantheon.hf.config import read_json
-    from pantheon.hf.names import gguf_name
 
     if (params is None) == (config is None):
         raise UsageError("give exactly one of --params (Meta params.json) or --config (HF config.json)")
@@ -184,8 +186,6 @@ def convert(checkpoint, out_dir, params=None, config=None, text_dir=None, dtype=
 
 
 def _write_dir(state, hf_config, out_dir, text_dir, shard_bytes):
-    from pantheon.engine.model_weights import bind_weights
-    from pantheon.source import open_files
 
     write_safetensors(state, out_dir, shard_bytes)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

@@ -40,13 +40,15 @@ WARM_MODELS = ("llama-q8_0", "llama-q4_0", "llama-q4_k_m", "llama-q5_k_m", "llam
                "qwen3moe-q8_0")
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def compiled_kernels():
-    """Compile every numba kernel once (or load it from numba's disk cache) before any test runs.
+    """Compile every numba kernel once (or load it from numba's disk cache) before the tests that need it.
 
     On a fresh checkout the first compile of the kernels takes tens of seconds; without this, that
     cost lands inside whichever test first runs a model, under that test's HTTP timeouts (and inside
-    server workers, which then load the cached machine code instead)."""
+    server workers, which then load the cached machine code instead). Only tests that run models behind
+    a timeout ask for it (the conftest of tests/workers and tests/pantheon/serve/http, test_cli); the
+    rest never load numba."""
     golden = SHARED / "golden"
     if not golden.exists():
         return

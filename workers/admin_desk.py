@@ -7,15 +7,19 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from ipc import Kind
 from pantheon.errors import PantheonError, UsageError
+from pantheon.serve.memory import PressureLevel
+from pantheon.serve.settings import batch_slots_of, model_spec, parse_flag
+from pantheon.source import model_config
+from workers.commands import AdminReply, EmptySlot
+from workers.dispatcher import CRITICAL_RETRY_S
+from workers.protocol import Kind
+from workers.slots import describe
 from workers.tables import SLOT_EMPTY, SLOT_UNLOADING, text
 
-MAX_CTX = 1 << 20
-CRITICAL = 3  # pantheon.serve.memory.PressureLevel.CRITICAL, as stored in the instance record
-CRITICAL_RETRY_S = 5
-MAX_NAME_BYTES = 64     # the slot record's name field (workers/tables.py, S64)
-MAX_PATH_BYTES = 1024   # the slot record's path field (S1024), checked on the resolved path too
+# Admin load body fields and the per-model flags whose parsers read them.
+ADMIN_FIELDS = {"name": "--name", "dies": "--dies", "ctx_cap": "--ctx-cap", "reasoning_budget": "--reasoning-budget",
+                "max_sessions": "--max-sessions", "max_concurrent": "--max-concurrent"}
 
 
 class Refusal(Exception):
@@ -40,10 +44,16 @@ class PendingUnload:
 
 
 class AdminDesk:
-    """LOAD: validate, confine, estimate, admit, place. UNLOAD: drain, then drop. Replies via the dispatcher."""
+    """LOAD: validate, confine, estimate, admit, place. UNLOAD: drain, then drop. Replies via the dispatcher.
 
-    def __init__(self, sup):
-        self.sup = sup
+    Its collaborators, all owned by the supervisor: `post` puts a workers.commands message on the
+    dispatcher's queue; `admission(spec, batch_slots)` is the fit verdict; `load_slot(slot)` starts a new
+    slot on its dies (a live worker loads it, a stopped one is forked); `in_flight(slot)` counts the
+    requests still running or queued on a slot."""
+
+    def __init__(self, config, die_list, tables, book, post, admission, load_slot, in_flight):
+        self.config, self.die_list, self.tables, self.book = config, die_list, tables, book
+        self.post, self.admission, self.load_slot, self.in_flight = post, admission, load_slot, in_flight
         self.unloads = []
 
     def take(self, front, rid, kind, payload):
@@ -51,7 +61,7 @@ class AdminDesk:
             body = json.loads(payload)
             if not isinstance(body, dict):
                 raise Refusal(400, "invalid_request", "the body must be a JSON object")
-            if kind == Kind.LOAD:
+            if kind == Kind.ADMIN_LOAD:
                 self._post_reply(front, rid, self._load(body))
             else:
                 self._unload(front, rid, body)
@@ -65,52 +75,54 @@ class AdminDesk:
                                                                        f"{type(e).__name__}: {str(e)[:300]}"))
 
     def _post_reply(self, front, rid, body):
-        d = self.sup.dispatcher
-        d.commands.put(lambda: d.reply(front, rid, body))
+        self.post(AdminReply(front, rid, 200, body))
 
     def _post_refusal(self, front, rid, refusal):
-        d = self.sup.dispatcher
-        d.commands.put(lambda: d.refuse(front, rid, refusal.status, refusal.body()))
+        self.post(AdminReply(front, rid, refusal.status, refusal.body()))
 
     def _load(self, body):
         spec, batch_slots = self._spec(body)
         self._admit(spec, batch_slots)
         try:
-            slot = self.sup.book.add_runtime(spec, batch_slots, self.sup.layout.tables)
+            slot = self.book.add_runtime(spec, batch_slots, self.tables)
         except UsageError as e:
             raise Refusal(409, "no_free_slot", str(e)) from None
-        for d in self.sup.book.dies_of(slot):
-            if d in self.sup.workers.values():
-                self.sup.dispatcher.commands.put(lambda d=d: self.sup.dispatcher.send_to_die(d, Kind.LOAD, slot))
-            else:
-                self.sup.spawn_worker(d)
+        self.load_slot(slot)
         return {"slot": slot}
 
     def _spec(self, body):
-        from pantheon.serve.settings import ModelSpec
-
-        path = self._confined(_fits("path", _field(body, "path", str), MAX_PATH_BYTES))
-        config = _field(body, "config", str, None)
-        config = self._confined(_fits("config", config, MAX_PATH_BYTES), "config") if config else ""
-        name = _fits("name", _field(body, "name", str, os.path.basename(path)) or os.path.basename(path),
-                     MAX_NAME_BYTES)
-        if any(text(rec["name"]) == name for _, rec in self.sup.layout.tables.live_slots()):
-            raise Refusal(409, "name_exists", f"a model named {name!r} is already served; unload it first")
-        dies = _field(body, "dies", (list, str), ["cpu0"])
-        dies = tuple(dies.split(",") if isinstance(dies, str) else dies)
-        known = {d.name for d in self.sup.die_list}
-        bad = [d for d in dies if d not in known]
-        if bad or not dies:
-            raise Refusal(400, "invalid_value", f"dies {bad or dies}: no such die; available: {', '.join(sorted(known))}",
+        """(ModelSpec, batch_slots) from the body, through the parsers and defaults of `--model`."""
+        values = {"--model": self._parse("--model", "path", self._confined(_field(body, "path", str)))}
+        if body.get("config") is not None:
+            config = self._confined(_field(body, "config", str), "config")
+            values["--config"] = self._parse("--config", "config", config)
+        for key, flag in ADMIN_FIELDS.items():
+            if body.get(key) is not None:
+                values[flag] = self._parse(flag, key, _flag_text(body, key))
+        spec = model_spec(values)
+        if any(text(rec["name"]) == spec.name for _, rec in self.tables.live_slots()):
+            raise Refusal(409, "name_exists", f"a model named {spec.name!r} is already served; unload it first")
+        known = {d.name for d in self.die_list}
+        bad = [d for d in spec.dies if d not in known]
+        if bad:
+            raise Refusal(400, "invalid_value", f"dies {bad}: no such die; available: {', '.join(sorted(known))}",
                           param="dies")
-        ctx = _bounded(body, "ctx_cap", 0, MAX_CTX, 0)
-        slots = _bounded(body, "batch_slots", 1, 8, self.sup.config.batch_slots)
-        return ModelSpec(path, name, dies, ctx, 0, 8, 8, config=config), slots
+        batch = self.config.batch_slots
+        if body.get("batch_slots") is not None:
+            batch = self._parse("--batch-slots", "batch_slots", _flag_text(body, "batch_slots"))
+        return spec, batch_slots_of(spec, batch)
+
+    @staticmethod
+    def _parse(flag, key, value):
+        try:
+            return parse_flag(flag, value, label=key)
+        except UsageError as e:
+            raise Refusal(400, "invalid_value", str(e), param=key) from None
 
     def _confined(self, path, param="path"):
         """The real path of `path` (a file, or an HF model directory); inside --models-dir when one is
         set (no traversal, no symlink escape)."""
-        root = self.sup.config.models_dir
+        root = self.config.models_dir
         full = os.path.realpath(os.path.join(root, path) if root else path)
         if root and os.path.commonpath([full, os.path.realpath(root)]) != os.path.realpath(root):
             raise Refusal(400, "path_outside_models_dir", f"{param} {path!r} resolves outside --models-dir", param=param)
@@ -122,23 +134,20 @@ class AdminDesk:
         if st is None or not (stat.S_ISREG(st.st_mode) and st.st_size > 0
                               or param == "path" and stat.S_ISDIR(st.st_mode)):
             raise Refusal(400, "invalid_path", f"{param} {path!r} is not a readable model file", param=param)
-        return _fits(param, full, MAX_PATH_BYTES)
+        return full
 
     def _admit(self, spec, slots):
         """Pre-flight: open the header (typed errors become 400), check the memory estimate (409 when it
         does not fit), and refuse any load while pressure is CRITICAL (503), as docs/memory.md says."""
-        from pantheon.source import model_config
-
         try:
             model_config(spec.path, spec.config or None)
         except (PantheonError, OSError, ValueError) as e:
             raise Refusal(400, "invalid_model", str(e), param="path") from None
-        verdict = self.sup.fit_verdict(spec.path, spec.dies, spec.ctx_cap or 4096, slots, spec.max_sessions,
-                                       config=spec.config or None)
+        verdict = self.admission(spec, slots)
         if verdict.kind in ("DOES-NOT-FIT", "REFUSED"):
             raise Refusal(409, "does_not_fit", f"{spec.name} does not fit: {verdict.reason}",
                           estimate=_numbers(verdict))
-        if self.sup.layout.tables.instance[0]["pressure"] >= CRITICAL:
+        if self.tables.instance[0]["pressure"] >= PressureLevel.CRITICAL:
             raise Refusal(503, "memory_pressure", "memory pressure is CRITICAL: loads are refused until it eases",
                           retry_after=CRITICAL_RETRY_S)
 
@@ -146,12 +155,12 @@ class AdminDesk:
         name = _field(body, "name", str, None)
         slot = _field(body, "slot", int, None)
         timeout = _bounded(body, "timeout", 0, 3600, 30)
-        found = [(i, rec) for i, rec in self.sup.layout.tables.live_slots()
+        found = [(i, rec) for i, rec in self.tables.live_slots()
                  if (name is not None and text(rec["name"]) == name) or i == slot]
         if not found or found[0][1]["state"] == SLOT_UNLOADING:
             raise Refusal(404, "model_not_found", f"no served model {name if name is not None else slot!r}")
         i = found[0][0]
-        self.sup.layout.tables.write_slot(i, state=SLOT_UNLOADING)
+        self.tables.write_slot(i, state=SLOT_UNLOADING)
         self.unloads.append(PendingUnload(front, rid, i, time.monotonic() + timeout))
 
     def tick(self):
@@ -159,27 +168,22 @@ class AdminDesk:
         for u in list(self.unloads):
             if u.sent:
                 continue
-            drained = self.sup.dispatcher.slot_in_flight(u.slot) == 0
+            drained = self.in_flight(u.slot) == 0
             if drained or time.monotonic() >= u.deadline:
                 u.sent = True
                 self._finish_unload(u)
 
     def _finish_unload(self, u):
-        d, dies = self.sup.dispatcher, self.sup.book.dies_of(u.slot)
+        self.post(EmptySlot(u.slot, tuple(self.book.dies_of(u.slot))))
 
-        def on_dispatcher():
-            aborted = d.unload_slot(u.slot, dies)
-            self.sup.main_inbox.put(lambda: self._emptied(u, aborted))
-
-        d.commands.put(on_dispatcher)
-
-    def _emptied(self, u, aborted):
-        tables = self.sup.layout.tables
-        model = self.sup.describe_slot(u.slot)
-        tables.write_slot(u.slot, state=SLOT_EMPTY, name="", path="", dies=0, reason="", split="")
-        self.sup.book.remove(u.slot)
+    def emptied(self, msg):
+        """The dispatcher's SlotEmptied: the slot's requests are gone; free it and answer the unload."""
+        u = next(u for u in self.unloads if u.slot == msg.slot and u.sent)
+        model = describe(u.slot, self.tables.read_slot(u.slot), [d.name for d in self.die_list], self.in_flight(u.slot))
+        self.tables.write_slot(u.slot, state=SLOT_EMPTY, name="", path="", dies=0, reason="", split="")
+        self.book.remove(u.slot)
         self.unloads.remove(u)
-        self._post_reply(u.front, u.rid, {"model": {**model, "state": "unloaded"}, "aborted": aborted})
+        self._post_reply(u.front, u.rid, {"model": {**model, "state": "unloaded"}, "aborted": msg.aborted})
 
 
 def _field(body, key, kinds, default=...):
@@ -192,13 +196,14 @@ def _field(body, key, kinds, default=...):
     return body[key]
 
 
-def _fits(key, value, limit):
-    """`value` when its UTF-8 fits the slot record's fixed-width field; a 400 naming `key`, never a
-    silent truncation (a truncated path opened another file; truncated names collided)."""
-    size = len(value.encode("utf-8", "surrogatepass"))
-    if size > limit:
-        raise Refusal(400, "invalid_value", f"{key!r} is {size} bytes; at most {limit} fit", param=key)
-    return value
+def _flag_text(body, key):
+    """A JSON value as the text its command-line flag takes: numbers as decimals, lists comma-joined."""
+    value = body[key]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return str(value)
+    raise Refusal(400, "invalid_type", f"{key!r} has the wrong type", param=key)
 
 
 def _bounded(body, key, lo, hi, default):

@@ -7,19 +7,18 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from ipc import Kind
-from ipc.messages import encode_error
 from ipc.mux import Mux
+from pantheon.serve.metrics import Recorder
 from pantheon.serve.routing import SessionMap, pick_replica
 from workers import protocol
+from workers.commands import AdminReply, DieFailed, EmptySlot, FailDie, FailFront, SlotEmptied, ToDie
+from workers.protocol import ErrorCode, Kind
 from workers.tables import DIE_STALLED, DIE_STARTING, DIE_UP, SLOT_LOADED, text
 
 LIVE_DIES = (DIE_STARTING, DIE_UP, DIE_STALLED)
 
-ACK = b"\x01"
 CRITICAL = 3  # pantheon.serve.memory.PressureLevel.CRITICAL, as stored in the instance record
 CRITICAL_RETRY_S = 5
-QUEUED = 255
 
 
 @dataclass
@@ -36,9 +35,7 @@ class Pending:
 class Dispatcher:
     """Owns the front->supervisor and die->supervisor rings; one thread runs `run_once` in a loop."""
 
-    def __init__(self, layout, queue_factor=1.0):
-        from pantheon.serve.metrics import Recorder
-
+    def __init__(self, layout, queue_factor=1.0, wake_main=lambda: None):
         self.layout, self.tables = layout, layout.tables
         self.gauges = Recorder(layout.metrics, layout.metrics_rows, row=layout.n_fronts)
         self._gauges_at = 0.0
@@ -54,12 +51,14 @@ class Dispatcher:
         self.sessions = SessionMap()
         self.service_s = {}  # slot -> moving mean of request service time
         self.status_notes = deque(maxlen=64)  # (die, slot, text) from workers, for the supervisor
-        self.commands = queue.SimpleQueue()  # callables from the supervisor's main thread
+        self.commands = queue.SimpleQueue()  # workers.commands messages from the supervisor's main thread
+        self.to_main = queue.SimpleQueue()  # SlotEmptied / DieFailed answers for the main thread
         self.admin_inbox = queue.SimpleQueue()  # (front, rid, kind, body) for the main thread
+        self.wake_main = wake_main  # rings the main thread's Wakeup when something waits for it
 
     def run_once(self, timeout=0.05):
         while not self.commands.empty():
-            self.commands.get()()
+            self._command(self.commands.get())
         got = self.mux.receive(timeout)
         while got is not None:
             index, msg = got
@@ -86,14 +85,36 @@ class Dispatcher:
             self._submit(front, msg)
         elif msg.kind == Kind.CANCEL:
             self._cancel(msg.request_id)
-        elif msg.kind in (Kind.LOAD, Kind.UNLOAD):
+        elif msg.kind in (Kind.ADMIN_LOAD, Kind.ADMIN_UNLOAD):
             self.admin_inbox.put((front, msg.request_id, msg.kind, bytes(msg.payload)))
+            self.wake_main()
+
+    def _command(self, cmd):
+        """One typed message from the main thread (workers.commands)."""
+        if isinstance(cmd, FailDie):
+            self.fail_die(cmd.die, cmd.detail)
+            if cmd.final:
+                self._answer(DieFailed(cmd.die, cmd.detail, tuple(self.status_notes)))
+        elif isinstance(cmd, FailFront):
+            self.fail_front(cmd.front)
+        elif isinstance(cmd, AdminReply):
+            self.reply(cmd.front, cmd.rid, cmd.status, cmd.body)
+        elif isinstance(cmd, ToDie):
+            self.send_to_die(cmd.die, cmd.kind, cmd.payload)
+        elif isinstance(cmd, EmptySlot):
+            self._answer(SlotEmptied(cmd.slot, self.unload_slot(cmd.slot, cmd.dies)))
+        else:
+            raise TypeError(f"unknown command {cmd!r}")
+
+    def _answer(self, msg):
+        self.to_main.put(msg)
+        self.wake_main()
 
     def _from_die(self, die, msg):
         if msg.kind == Kind.DONE:
             self._done(msg.request_id)
-        elif msg.kind == Kind.STATUS:
-            self.status_notes.append((die, msg.request_id, bytes(msg.payload).decode("utf-8", "replace")))
+        elif msg.kind == Kind.SLOT_FAILED:
+            self.status_notes.append((die, *protocol.decode_slot(bytes(msg.payload))))
 
     def replicas(self, slot):
         """Dies that are up and have `slot` loaded."""
@@ -102,26 +123,29 @@ class Dispatcher:
                 if dies[d]["state"] == DIE_UP and int(dies[d]["loaded"]) >> slot & 1]
 
     def _submit(self, front, msg):
+        """Route on the job's fixed header alone; the die decodes (and refuses) the rest."""
         body = bytes(msg.payload)
         try:
-            job = protocol.decode_job(body)
+            route = protocol.read_route(body)
         except Exception as e:
-            return self._error(front, msg.request_id, protocol.E_BAD_REQUEST, f"malformed request: {e}")
-        p = Pending(msg.request_id, job.slot, front, job.session, body)
+            return self._error(front, msg.request_id, ErrorCode.BAD_REQUEST, f"malformed request: {e}")
+        p = Pending(msg.request_id, route.slot, front, route.session, body)
         if self.tables.instance[0]["pressure"] >= CRITICAL:
-            return self._error(front, p.rid, protocol.E_UNAVAILABLE, f"{CRITICAL_RETRY_S}|memory pressure is CRITICAL")
-        if self.tables.read_slot(job.slot)["state"] != SLOT_LOADED or not self.replicas(job.slot):
-            return self._error(front, p.rid, protocol.E_UNAVAILABLE, "1|no live replica of this model")
+            return self._error(front, p.rid, ErrorCode.UNAVAILABLE, "memory pressure is CRITICAL", CRITICAL_RETRY_S)
+        if p.slot >= len(self.tables.slots) or self.tables.read_slot(p.slot)["state"] != SLOT_LOADED \
+                or not self.replicas(p.slot):
+            return self._error(front, p.rid, ErrorCode.UNAVAILABLE, "no live replica of this model", 1)
         if self._sessions_full(p):
-            return self._error(front, p.rid, protocol.E_OVERLOADED,
-                               f"{self.retry_after(p.slot)}|every session of this model is active (--max-sessions)")
+            return self._error(front, p.rid, ErrorCode.OVERLOADED, "every session of this model is active (--max-sessions)",
+                               self.retry_after(p.slot))
         if self._try_start(p):
             return self._ack(front, p.rid, p.die)
         queue = self.queued.setdefault(p.slot, deque())
         if len(queue) >= self._queue_cap(p.slot):
-            return self._error(front, p.rid, protocol.E_OVERLOADED, str(self.retry_after(p.slot)))
+            return self._error(front, p.rid, ErrorCode.OVERLOADED, "all replicas are busy and the queue is full",
+                               self.retry_after(p.slot))
         queue.append(p)
-        self._ack(front, p.rid, QUEUED)
+        self._ack(front, p.rid, protocol.QUEUED)
 
     def _sessions_full(self, p):
         """A request of a new session while --max-sessions sessions (per live replica) are running or
@@ -169,7 +193,7 @@ class Dispatcher:
             for q in list(waiting):
                 if q.rid == rid:
                     waiting.remove(q)
-                    self._error(q.front, rid, protocol.E_BAD_REQUEST, "cancelled while queued")
+                    self._error(q.front, rid, ErrorCode.CANCELLED, "cancelled while queued")
 
     def _done(self, rid):
         p = self.running.pop(rid, None)
@@ -184,13 +208,13 @@ class Dispatcher:
 
     def _ack(self, front, rid, die):
         """Accepted: started on `die`, or QUEUED until a replica frees a place."""
-        self.to_front[front].send(Kind.STATUS, rid, 0, ACK + bytes((die,)), timeout=5.0)
+        self.to_front[front].send(Kind.ACCEPTED, rid, 0, protocol.encode_accepted(die), timeout=5.0)
 
-    def _error(self, front, rid, code, detail):
-        self.to_front[front].send(Kind.ERROR, rid, 0, encode_error(code, detail.encode()), timeout=5.0)
+    def _error(self, front, rid, code, detail, retry_after=0.0):
+        self.to_front[front].send(Kind.ERROR, rid, 0, protocol.encode_error(code, detail, retry_after), timeout=5.0)
 
     def fail_die(self, die, detail):
-        """Die `die` is gone: end its requests with E_WORKER_DIED, drop what it had not read, forget its caches."""
+        """Die `die` is gone: end its requests with WORKER_DIED, drop what it had not read, forget its caches."""
         msg = self.from_dies[die].poll()
         while msg is not None:  # its last words first: DONE notices of finished requests, load errors
             self._from_die(die, msg)
@@ -198,7 +222,7 @@ class Dispatcher:
         for rid, p in list(self.running.items()):
             if p.die == die:
                 del self.running[rid]
-                self._error(p.front, rid, protocol.E_WORKER_DIED, detail)
+                self._error(p.front, rid, ErrorCode.WORKER_DIED, detail)
         for key in [k for k in self.load if k[0] == die]:
             self.load[key] = 0
         self.layout.to_die[die].bump_generation()
@@ -215,30 +239,27 @@ class Dispatcher:
                 queue_.remove(q)
         self.to_front[front] = self.layout.from_sup[front].sender()
 
-    def reply(self, front, rid, body):
-        """An admin answer: STATUS carrying a small JSON control record."""
-        self.to_front[front].send(Kind.STATUS, rid, 0, json.dumps(body).encode(), timeout=5.0)
-
-    def refuse(self, front, rid, status, body):
-        """An admin refusal: ERROR whose code is the HTTP status, detail the JSON error body."""
-        self._error(front, rid, status, json.dumps(body))
+    def reply(self, front, rid, status, body):
+        """The admin desk's answer to an admin request: its HTTP status and JSON body."""
+        payload = json.dumps({"status": status, "body": body}).encode()
+        self.to_front[front].send(Kind.ADMIN_REPLY, rid, 0, payload, timeout=5.0)
 
     def slot_in_flight(self, slot):
         return sum(n for (_, s), n in self.load.items() if s == slot) + len(self.queued.get(slot, ()))
 
-    def send_to_die(self, die, kind, rid):
-        self.to_die[die].send(kind, rid, 0, timeout=5.0)
+    def send_to_die(self, die, kind, payload=b""):
+        self.to_die[die].send(kind, 0, 0, payload, timeout=5.0)
 
     def unload_slot(self, slot, dies):
         """Tell the slot's dies to drop it (they end what still runs with an error); returns that count."""
         aborted = sum(1 for p in self.running.values() if p.slot == slot) + len(self.queued.get(slot, ()))
         for q in self.queued.pop(slot, ()):
-            self._error(q.front, q.rid, protocol.E_UNAVAILABLE, "5|the model was unloaded")
+            self._error(q.front, q.rid, ErrorCode.UNAVAILABLE, "the model was unloaded", 5)
         for d in dies:
             # a die without a live worker (failed, or down awaiting restart) must not find this UNLOAD
             # in its ring later: its next worker would drop whatever model then holds the slot number
-            if self.layout.tables.dies[d]["state"] in LIVE_DIES:
-                self.send_to_die(d, Kind.UNLOAD, slot)
+            if self.tables.dies[d]["state"] in LIVE_DIES:
+                self.send_to_die(d, Kind.UNLOAD_SLOT, protocol.encode_slot(slot))
         return aborted
 
     def in_flight(self, die):

@@ -1,5 +1,6 @@
 """What front 0 tells a `pantheon router` about this instance: served models and load, from the shared tables."""
 
+from pantheon.serve.registration import Registrar
 from workers.tables import PRESSURE_LEVELS
 
 
@@ -21,6 +22,4 @@ def start_registrar(config, sock, backend, log):
     """A started Registrar when this instance was given --registry, else None."""
     if config.registry is None:
         return None
-    from pantheon.serve.registration import Registrar
-
     return Registrar(config.registry, sock.getsockname(), lambda: snapshot(backend), log).start()

@@ -6,9 +6,9 @@ import sys
 import threading
 import time
 
+from pantheon.serve.http.admin import admin_enabled
 from pantheon.serve.http.app import create_app
 from pantheon.serve.metrics import Recorder
-from pantheon.serve.http.admin import admin_enabled
 from workers.fleet_report import start_registrar
 from workers.http_server import create_front_server
 from workers.ring_admin import RingAdmin

@@ -2,6 +2,7 @@
 
 import time
 
+from pantheon.serve.dies import die_memory
 from pantheon.serve.memory import PressureLevel, PressureMonitor, ram_source
 
 POLL_S = 0.5
@@ -20,8 +21,6 @@ class PressureWatch:
     """Polled from the supervisor's main loop; publishes the level in the shared instance record."""
 
     def __init__(self, ops, die_list, nvml=None):
-        from pantheon.serve.dies import die_memory
-
         cuda = {d.name: d for d in die_list if d.kind == "cuda"}
         vram = (lambda: die_memory(cuda, nvml)) if cuda else None
         self.source = file_source(ops.pressure_file) if ops.pressure_file else ram_source()

@@ -1,39 +1,78 @@
-"""What Pantheon's processes say to each other over the rings: request records and their codes."""
+"""The wire protocol between Pantheon's processes: message kinds, the job codec and every typed body.
+
+ipc/ moves opaque frames (a kind byte, a request id, a sequence number, bytes); this module alone says
+what each kind means and how its body is laid out. Bodies are fixed little-endian structs plus arrays of
+token ids: never text to be tokenized, never pickles. Each kind has one meaning and one body layout.
+"""
 
 import array
+import dataclasses
+import enum
 import struct
+import sys
 from dataclasses import dataclass
+from typing import Optional
 
-from ipc import messages
 from ipc.errors import FrameError
 from pantheon.engine.logprobs import TokenLogprob
 from pantheon.engine.sampler import SamplingParams
+from pantheon.errors import InvalidParameter
+from pantheon.serve.http.backend import Finished
 
-# SUBMIT's routing record after the sampling struct and prompt ids; it ends with repeat_last_n (int32,
-# -1 = whole history), the one sampling field the fixed Sampling struct has no room for, and logprobs
-# (int32, -1 = none, else the alternatives per token).
-_ROUTE = struct.Struct("<HHQIIIHHii")
-_BIAS = struct.Struct("<If")
-_DONE = struct.Struct("<BxxxIII")
-_SCORE = struct.Struct("<dI")  # TOKENS after the token id: its logprob, then how many alternatives follow
-_ALT = struct.Struct("<Id")  # one alternative: token id, logprob
-FLAG_RANDOM_SEED = 1
+assert sys.byteorder == "little", "token arrays are sent in native order"
+
 FRONT_SHIFT = 48
 
-REASONS = ("stop", "length", "abort")
 
-# ERROR codes (ipc ERROR frames, detail is UTF-8 text or a number as text).
-E_WORKER_DIED = 1
-E_OVERLOADED = 2
-E_UNAVAILABLE = 3
-E_UNKNOWN_MODEL = 4
-E_BAD_REQUEST = 5
-E_INTERNAL = 6
+class Kind(enum.IntEnum):
+    """Every message kind, who sends it to whom, and its body."""
+
+    SUBMIT = 1       # front -> supervisor -> die: a Job (routing header first)
+    CANCEL = 2       # front -> supervisor -> die: stop request `rid`; empty
+    TOKENS = 3       # die -> front: one token id (u32); seq = its index in the completion
+    DONE = 4         # die -> front, and die -> supervisor as a notice: a Finished record
+    ERROR = 5        # supervisor or die -> front: the request ended; an ErrorBody
+    ACCEPTED = 6     # supervisor -> front: started on a die, or queued; an Accepted record
+    ADMIN_LOAD = 7   # front -> supervisor: an admin load request, the HTTP body as JSON
+    ADMIN_UNLOAD = 8  # front -> supervisor: an admin unload request, the HTTP body as JSON
+    ADMIN_REPLY = 9  # supervisor -> front: {"status": HTTP status, "body": JSON body}
+    LOAD_SLOT = 10   # supervisor -> die: load model slot (u16)
+    UNLOAD_SLOT = 11  # supervisor -> die: drop model slot (u16); its requests end with UNAVAILABLE
+    SLOT_FAILED = 12  # die -> supervisor: model slot (u16) could not be loaded, then the reason (UTF-8)
+    FREE_CACHES = 13  # supervisor -> die: memory pressure, drop idle sessions' prefix caches; empty
+
+
+class ErrorCode(enum.IntEnum):
+    """Why a request ended with ERROR (never an HTTP status: the front maps these)."""
+
+    WORKER_DIED = 1   # the die running it exited; the front may resubmit it
+    OVERLOADED = 2    # every replica busy and the queue full
+    UNAVAILABLE = 3   # no live replica, memory pressure CRITICAL, or the model unloaded
+    BAD_REQUEST = 4   # the die refused the job (malformed, or its engine refused it)
+    CANCELLED = 5     # cancelled while it waited in the queue
+    INTERNAL = 6      # the engine failed on this request (never resubmitted; the die lives on)
+
 
 # Worker exit codes: a worker that cannot boot its model says so instead of crash-looping.
 EXIT_OK = 0
 EXIT_BAD_MODEL = 3
 EXIT_OUT_OF_MEMORY = 4
+
+REASONS = ("stop", "length", "abort")
+QUEUED = 255  # Accepted.die of a request waiting for a free place
+MAX_DETAIL = 2000  # bytes of error detail text carried
+
+_ROUTE = struct.Struct("<H6xQ")  # slot, session: all the dispatcher reads of a job
+_JOB = struct.Struct("<qqqqQddddddIIIIIIqIq")
+_FLAG_RANDOM_SEED = 1
+_FLAG_THINK = 2
+_DONE = struct.Struct("<BxxxIII")
+_SCORE = struct.Struct("<dI")  # TOKENS after the token id: its logprob, then how many alternatives follow
+_ALT = struct.Struct("<Id")  # one alternative: token id, logprob
+_ERROR = struct.Struct("<HxxdI")
+_ACCEPTED = struct.Struct("<B")
+_SLOT = struct.Struct("<H")
+_U32 = 4
 
 
 def request_id(front, counter):
@@ -45,74 +84,97 @@ def front_of(rid):
     return rid >> FRONT_SHIFT
 
 
+# ---- the job
+
+
 @dataclass(frozen=True)
 class Job:
-    """A generation as it travels front -> supervisor -> die: token ids, never text."""
+    """A generation as it travels front -> supervisor -> die: every field of the HTTP layer's
+    GenerationRequest, with the model named by its slot and the session by its 64-bit hash."""
 
     slot: int
-    front: int
     prompt: tuple
     max_tokens: int
     params: SamplingParams
     stop_ids: tuple = ()
     session: int = 0  # 64-bit hash of the session id; 0 = none
     reasoning_budget: int = 0
-    think_ids: tuple = (0, 0)
+    think_ids: tuple = ()  # (open, close) ids of <think> and </think>, or () when the vocabulary has none
     grammar: str = ""  # a compiled llguidance grammar the reply must follow; "" = none
     grammar_replay: int = 0  # trailing prompt tokens already generated under the grammar (a resumed stream)
+    logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives come back
     logprobs: int = -1  # -1: none; k: each token's logprob and its k best alternatives come back
 
 
+@dataclass(frozen=True)
+class Route:
+    """The fixed header at the front of every job: what the dispatcher routes on."""
+
+    slot: int
+    session: int
+
+
 def encode_job(job):
+    """SUBMIT body; InvalidParameter when a value does not fit its wire field."""
     p = job.params
-    sampling = messages.Sampling(job.max_tokens, p.top_k, p.temperature, p.top_p, p.min_p, p.repeat_penalty,
-                                 p.presence_penalty, p.frequency_penalty, p.seed or 0,
-                                 FLAG_RANDOM_SEED if p.seed is None else 0)
     bias = sorted(p.logit_bias.items())
-    route = _ROUTE.pack(job.slot, job.front, job.session, job.reasoning_budget, *job.think_ids,
-                        len(job.stop_ids), len(bias), p.repeat_last_n, job.logprobs)
-    extra = b"".join((route, array.array("I", job.stop_ids).tobytes(),
-                      b"".join(_BIAS.pack(int(k), float(v)) for k, v in bias), _grammar_blob(job)))
-    return messages.encode_submit(sampling, job.prompt, extra)
+    flags = (_FLAG_RANDOM_SEED if p.seed is None else 0) | (_FLAG_THINK if job.think_ids else 0)
+    think = job.think_ids or (0, 0)
+    grammar = job.grammar.encode("utf-8")
+    try:
+        head = _ROUTE.pack(job.slot, job.session) + _JOB.pack(
+            job.max_tokens, p.top_k, p.repeat_last_n, job.reasoning_budget, p.seed or 0, p.temperature, p.top_p,
+            p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, *think, len(job.prompt),
+            len(job.stop_ids), len(bias), flags, job.grammar_replay, len(grammar),
+            -1 if job.logprobs is None else job.logprobs)
+        ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias)))
+    except (struct.error, OverflowError, TypeError) as e:
+        raise InvalidParameter(f"a request value does not fit the wire format: {e}", None) from None
+    return b"".join((head, ids.tobytes(), array.array("d", (float(v) for _, v in bias)).tobytes(), grammar))
 
 
-def _grammar_blob(job):
-    """`replay` newline grammar, after the biases; nothing when there is no grammar."""
-    return f"{job.grammar_replay}\n{job.grammar}".encode() if job.grammar else b""
+def read_route(body):
+    """The routing header alone (the dispatcher forwards the rest unread)."""
+    if len(body) < _ROUTE.size:
+        raise FrameError(f"SUBMIT body of {len(body)} bytes < its {_ROUTE.size}-byte routing header")
+    return Route(*_ROUTE.unpack_from(body))
 
 
 def decode_job(body):
-    sub = messages.decode_submit(body)
-    extra = sub.extra
-    if len(extra) < _ROUTE.size:
-        raise FrameError(f"SUBMIT routing record of {len(extra)} bytes < {_ROUTE.size}")
-    slot, front, session, budget, t_open, t_close, n_stop, n_bias, last_n, logprobs = _ROUTE.unpack_from(extra)
-    end_stop = _ROUTE.size + 4 * n_stop
-    end_bias = end_stop + _BIAS.size * n_bias
-    if end_bias > len(extra):
-        raise FrameError(f"SUBMIT routing record of {len(extra)} bytes does not hold {n_stop} stops, {n_bias} biases")
-    stops = array.array("I", extra[_ROUTE.size:end_stop])
-    bias = {i: b for i, b in _BIAS.iter_unpack(extra[end_stop:end_bias])}
-    replay, grammar = _read_grammar(bytes(extra[end_bias:]))
-    s = sub.sampling
-    params = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                            repeat_penalty=s.repeat_penalty, repeat_last_n=last_n, presence_penalty=s.presence_penalty,
-                            frequency_penalty=s.frequency_penalty, logit_bias=bias,
-                            seed=None if s.flags & FLAG_RANDOM_SEED else s.seed)
-    return Job(slot, front, tuple(sub.prompt), s.max_tokens, params, tuple(stops), session, budget,
-               (t_open, t_close), grammar, replay, logprobs)
-
-
-def _read_grammar(blob):
-    if not blob:
-        return 0, ""
-    head, sep, grammar = blob.partition(b"\n")
-    if not sep or not head.isdigit():
-        raise FrameError("SUBMIT grammar record is malformed")
+    """The Job in a SUBMIT body; FrameError when the layout is broken, InvalidParameter for bad values."""
+    route = read_route(body)
+    if len(body) < _ROUTE.size + _JOB.size:
+        raise FrameError(f"SUBMIT body of {len(body)} bytes < {_ROUTE.size + _JOB.size}")
+    (max_tokens, top_k, last_n, budget, seed, temperature, top_p, min_p, repeat, presence, frequency,
+     t_open, t_close, n_prompt, n_stop, n_bias, flags, replay, n_grammar, logprobs) = _JOB.unpack_from(body, _ROUTE.size)
+    start = _ROUTE.size + _JOB.size
+    n_ids = n_prompt + n_stop + n_bias
+    end_bias = start + n_ids * _U32 + n_bias * 8
+    if end_bias + n_grammar != len(body):
+        raise FrameError(f"SUBMIT body of {len(body)} bytes does not hold {n_prompt} prompt ids, "
+                         f"{n_stop} stop ids, {n_bias} biases and a {n_grammar}-byte grammar")
+    ids = array.array("I", body[start:start + n_ids * _U32])
+    values = array.array("d", body[start + n_ids * _U32:end_bias])
     try:
-        return int(head), grammar.decode()
+        grammar = bytes(body[end_bias:]).decode("utf-8")
     except UnicodeDecodeError:
         raise FrameError("SUBMIT grammar is not UTF-8") from None
+    bias = dict(zip(ids[n_prompt + n_stop:], values))
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat,
+                            repeat_last_n=last_n, presence_penalty=presence, frequency_penalty=frequency,
+                            logit_bias=bias, seed=None if flags & _FLAG_RANDOM_SEED else seed)
+    return Job(route.slot, tuple(ids[:n_prompt]), max_tokens, params, tuple(ids[n_prompt:n_prompt + n_stop]),
+               route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
+               None if logprobs < 0 else logprobs)
+
+
+def continuation(job, sent):
+    """The job resubmitted after its worker died: the prompt extended by the tokens already delivered."""
+    return dataclasses.replace(job, prompt=job.prompt + tuple(sent), max_tokens=job.max_tokens - len(sent),
+                               grammar_replay=len(sent))
+
+
+# ---- results and refusals
 
 
 def encode_token(token, scored=None):
@@ -149,4 +211,57 @@ def decode_done(body):
     reason, prompt, cached, completion = _DONE.unpack(body)
     if reason >= len(REASONS):
         raise FrameError(f"DONE reason {reason} unknown")
-    return REASONS[reason], prompt, cached, completion
+    return Finished(REASONS[reason], prompt, cached, completion)
+
+
+@dataclass(frozen=True)
+class ErrorBody:
+    """Why a request ended: a code, seconds after which a retry may succeed (0: no hint), a message."""
+
+    code: ErrorCode
+    retry_after: float
+    detail: str
+
+
+def encode_error(code, detail, retry_after=0.0):
+    text = detail.encode("utf-8")[:MAX_DETAIL]
+    return _ERROR.pack(int(ErrorCode(code)), retry_after, len(text)) + text
+
+
+def decode_error(body):
+    if len(body) < _ERROR.size:
+        raise FrameError(f"ERROR body of {len(body)} bytes < {_ERROR.size}")
+    code, retry_after, n = _ERROR.unpack_from(body)
+    if _ERROR.size + n != len(body):
+        raise FrameError(f"ERROR body of {len(body)} bytes does not hold {n} detail bytes")
+    try:
+        code = ErrorCode(code)
+    except ValueError:
+        raise FrameError(f"ERROR code {code} unknown") from None
+    return ErrorBody(code, retry_after, bytes(body[_ERROR.size:]).decode("utf-8", "replace"))
+
+
+def encode_accepted(die):
+    """ACCEPTED body: the die index the request started on, or QUEUED."""
+    return _ACCEPTED.pack(die)
+
+
+def decode_accepted(body):
+    if len(body) != _ACCEPTED.size:
+        raise FrameError(f"ACCEPTED body of {len(body)} bytes, expected {_ACCEPTED.size}")
+    return body[0]
+
+
+# ---- model slots
+
+
+def encode_slot(slot, reason=""):
+    """LOAD_SLOT / UNLOAD_SLOT body (slot alone) and SLOT_FAILED body (slot, then the reason)."""
+    return _SLOT.pack(slot) + reason.encode("utf-8")[:MAX_DETAIL]
+
+
+def decode_slot(body):
+    """(slot, reason text) of a slot body."""
+    if len(body) < _SLOT.size:
+        raise FrameError(f"slot body of {len(body)} bytes < {_SLOT.size}")
+    return _SLOT.unpack_from(body)[0], bytes(body[_SLOT.size:]).decode("utf-8", "replace")

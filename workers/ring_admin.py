@@ -4,11 +4,11 @@ import json
 import queue
 import time
 
-from ipc import Kind
-from ipc.messages import decode_error
+from pantheon.serve.fit import estimate_load
 from pantheon.serve.http.admin import AdminRefused
-from workers.slots import slot_context
-from workers.tables import SLOT_FAILED, SLOT_LOADED, SLOT_STATES, text
+from workers.protocol import Kind
+from workers.slots import describe, spec_of
+from workers.tables import DIE_STATES, PRESSURE_LEVELS, SLOT_FAILED, SLOT_LOADED, SLOT_STATES, text
 
 MAX_TIMEOUT_S = 3600
 
@@ -34,23 +34,16 @@ class RingAdmin:
         return [d.name for i, d in enumerate(self.layout.die_list) if int(mask) >> i & 1]
 
     def describe(self, i, rec):
-        return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": self._die_names(rec["dies"]),
-                "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
-                "in_flight": int(self.tables.slot_in_flight[i]),
-                "ctx": slot_context(text(rec["path"]), text(rec["config"]), int(rec["ctx_cap"]),
-                                    int(rec["version"])),
+        return {**describe(i, rec, [d.name for d in self.layout.die_list], self.tables.slot_in_flight[i]),
                 "memory": self._memory(i, rec)}
 
     def _memory(self, i, rec):
         """The estimator's parts for this slot (bytes), computed once per slot version from the GGUF header."""
         key = (i, int(rec["version"]))
         if key not in self._estimates:
-            from pantheon.serve.fit import estimate
-
             try:
-                est = estimate(text(rec["path"]), dies=self._die_names(rec["dies"]) or ("cpu0",),
-                               ctx=int(rec["ctx_cap"]) or 4096, slots=max(1, int(rec["batch_slots"])),
-                               sessions=int(rec["max_sessions"]), config=text(rec["config"]) or None)
+                spec, batch_slots, quantize = spec_of(rec, [d.name for d in self.layout.die_list])
+                est = estimate_load(spec, batch_slots, quantize)
                 self._estimates[key] = {k: int(v) for k, v in est.parts().items()}
             except Exception as e:  # an unreadable file is already reported by the slot's state
                 self._estimates[key] = {"error": str(e)}
@@ -60,8 +53,6 @@ class RingAdmin:
         return [self.describe(i, rec) for i, rec in self.tables.live_slots()]
 
     def admin_dies(self):
-        from workers.tables import DIE_STATES, PRESSURE_LEVELS
-
         inst = self.tables.instance[0]
         out = []
         for i, die in enumerate(self.layout.die_list):
@@ -76,7 +67,7 @@ class RingAdmin:
                                           "ram_available": int(inst["ram_available"])}}
 
     def _ask(self, kind, body, timeout):
-        """Send an admin record to the supervisor and wait for its STATUS (JSON) or ERROR (status, JSON)."""
+        """Send an admin request to the supervisor and wait for its ADMIN_REPLY (HTTP status, JSON body)."""
         rid = self.backend.new_id()
         reply = queue.Queue()
         self.backend.register(rid, _Mailbox(reply))
@@ -87,10 +78,10 @@ class RingAdmin:
             raise AdminRefused(504, _admin_error("the supervisor did not answer in time", "timeout")) from None
         finally:
             self.backend.forget(rid)
-        if msg.kind == Kind.ERROR:
-            err = decode_error(bytes(msg.payload))
-            raise AdminRefused(err.code, json.loads(err.detail))
-        return json.loads(bytes(msg.payload))
+        reply = json.loads(bytes(msg.payload))
+        if reply["status"] != 200:
+            raise AdminRefused(reply["status"], reply["body"])
+        return reply["body"]
 
     def admin_load(self, body):
         """Block until the model is loaded (200 {"model"}), failed (422) or the timeout passed (504)."""
@@ -103,7 +94,7 @@ class RingAdmin:
         Refusals and failures raise AdminRefused (before the first event when refused up front)."""
         timeout = _timeout(body, 600)
         started = time.monotonic()
-        slot = self._ask(Kind.LOAD, body, 60)["slot"]
+        slot = self._ask(Kind.ADMIN_LOAD, body, 60)["slot"]
         next_report = 0.0
         while time.monotonic() - started < timeout:
             rec = self.tables.read_slot(slot)
@@ -121,7 +112,7 @@ class RingAdmin:
 
     def admin_unload(self, body):
         timeout = _timeout(body, 30)
-        return self._ask(Kind.UNLOAD, body, timeout + 60)
+        return self._ask(Kind.ADMIN_UNLOAD, body, timeout + 60)
 
 
 def _timeout(body, default):

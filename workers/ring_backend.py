@@ -7,15 +7,16 @@ import queue
 import threading
 import time
 
-from ipc import Kind
-from ipc.messages import decode_error
 from ipc.mux import Mux
+from pantheon.serve import core
 from pantheon.serve.metrics import pressure_lines
-from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, ServedModel, Tokens,
-                                   Unavailable, UnknownModel)
+from pantheon.serve.settings import context_size
+from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, Tokens, Unavailable,
+                                         UnknownModel)
+from pantheon.source import open_text
 from workers import protocol
-from workers.slots import context_size
-from workers.tables import DIE_UP, PRESSURE_LEVELS, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
+from workers.protocol import ErrorCode, Kind
+from workers.tables import DIE_STATES, DIE_UP, PRESSURE_LEVELS, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
 ACK_TIMEOUT_S = 30.0
 MAX_DEATHS = 2  # poison-pill rule: a request in flight at this many worker deaths is not tried again
@@ -62,10 +63,7 @@ class RingStream:
         """(Re)send the job under a fresh request id: the prompt extended by what was already sent."""
         self.backend.forget(self.rid)
         self.ended = False
-        job = self.job
-        if self.sent:
-            job = dataclasses.replace(job, prompt=job.prompt + tuple(self.sent),
-                                      max_tokens=job.max_tokens - len(self.sent), grammar_replay=len(self.sent))
+        job = protocol.continuation(self.job, self.sent) if self.sent else self.job
         payload = protocol.encode_job(job)  # before registering: a job the codec refuses leaves nothing behind
         self.rid = self.backend.new_id()
         self.backend.register(self.rid, self)
@@ -83,7 +81,7 @@ class RingStream:
         on different rings): those wait, in order, in `_early` until iteration starts."""
         while True:
             msg = self._next(ACK_TIMEOUT_S, early=False)
-            if msg.kind == Kind.STATUS:
+            if msg.kind == Kind.ACCEPTED:
                 self._note_replica(msg)
                 return
             if msg.kind != Kind.ERROR:
@@ -112,19 +110,20 @@ class RingStream:
                 return msg
 
     def _note_replica(self, msg):
-        if len(msg.payload) == 2 and msg.payload[1] < self.backend.layout.n_dies:
-            self.replica = self.backend.layout.metrics.dies[msg.payload[1]]
+        die = protocol.decode_accepted(bytes(msg.payload))
+        if die < self.backend.layout.n_dies:
+            self.replica = self.backend.layout.metrics.dies[die]
 
     def _recover(self, msg):
-        """After E_WORKER_DIED (or no replica while recovering): resubmit; False when out of time or tries."""
-        code = decode_error(bytes(msg.payload)).code
-        if code == protocol.E_WORKER_DIED:
+        """After WORKER_DIED (or no replica while recovering): resubmit; False when out of time or tries."""
+        code = protocol.decode_error(bytes(msg.payload)).code
+        if code == ErrorCode.WORKER_DIED:
             self.deaths += 1
-        if code == protocol.E_WORKER_DIED and self.deaths < MAX_DEATHS and not self.cancelled:
+        if code == ErrorCode.WORKER_DIED and self.deaths < MAX_DEATHS and not self.cancelled:
             self.recover_until = time.monotonic() + RECOVER_S
-        elif not (code == protocol.E_UNAVAILABLE and self.recover_until and time.monotonic() < self.recover_until):
+        elif not (code == ErrorCode.UNAVAILABLE and self.recover_until and time.monotonic() < self.recover_until):
             return False
-        if code == protocol.E_UNAVAILABLE:
+        if code == ErrorCode.UNAVAILABLE:
             time.sleep(RETRY_NAP_S)  # the die is restarting: ask again shortly
         self.submit()
         return True
@@ -141,12 +140,12 @@ class RingStream:
                     token, scored = protocol.decode_token(bytes(msg.payload))
                     self.sent.append(token)
                     yield Tokens((token,), seq, () if scored is None else (scored,))
-            elif msg.kind == Kind.STATUS:
+            elif msg.kind == Kind.ACCEPTED:
                 self._note_replica(msg)
             elif msg.kind == Kind.DONE:
                 self.backend.forget(self.rid)
-                reason, _, cached, _ = protocol.decode_done(bytes(msg.payload))
-                yield Finished(reason, len(self.job.prompt), cached, len(self.sent))
+                done = protocol.decode_done(bytes(msg.payload))
+                yield Finished(done.reason, len(self.job.prompt), done.cached_tokens, len(self.sent))
                 return
             elif msg.kind == Kind.ERROR and len(self.sent) >= self.job.max_tokens:
                 self.backend.forget(self.rid)
@@ -166,24 +165,17 @@ class RingStream:
 
 
 def _refusal(msg):
-    err = decode_error(bytes(msg.payload))
-    detail = err.detail.decode("utf-8", "replace")
-    if err.code == protocol.E_OVERLOADED:
-        retry, _, why = detail.partition("|")
-        try:
-            return Overloaded(why or "all replicas are busy and the queue is full", retry_after=float(retry or 1))
-        except ValueError:
-            return Overloaded(detail, retry_after=1.0)
-    if err.code == protocol.E_UNAVAILABLE:
-        retry, _, text_ = detail.partition("|")
-        try:
-            return Unavailable(text_ or "no live replica of this model", retry_after=float(retry or 1))
-        except ValueError:
-            return Unavailable(detail, retry_after=1.0)
-    if err.code == protocol.E_WORKER_DIED:
-        return GenerationFailed(f"the worker running this request died: {detail} (a request in flight at "
+    """The BackendError an ERROR body stands for (its retry hint becomes Retry-After)."""
+    err = protocol.decode_error(bytes(msg.payload))
+    retry = err.retry_after or 1.0
+    if err.code == ErrorCode.OVERLOADED:
+        return Overloaded(err.detail, retry_after=retry)
+    if err.code == ErrorCode.UNAVAILABLE:
+        return Unavailable(err.detail, retry_after=retry)
+    if err.code == ErrorCode.WORKER_DIED:
+        return GenerationFailed(f"the worker running this request died: {err.detail} (a request in flight at "
                                 f"{MAX_DEATHS} worker deaths is not tried again: poison-pill rule)")
-    return GenerationFailed(detail or f"request failed (code {err.code})")
+    return GenerationFailed(err.detail or f"request failed ({err.code.name})")
 
 
 class RingBackend:
@@ -284,10 +276,9 @@ class RingBackend:
             raise Unavailable("the server is shutting down", retry_after=5.0)
         slot, rec = self._slot_of(req.model)
         served = self._served_slot(slot, rec)
-        budget = req.reasoning_budget or int(rec["reasoning_budget"])
-        job = protocol.Job(slot, self.front, tuple(req.prompt), req.max_tokens, req.sampling, tuple(req.stop_ids),
-                           session_hash(req.session), budget, served.think_ids or (0, 0), req.grammar or "",
-                           logprobs=-1 if req.logprobs is None else req.logprobs)
+        core.admit(served, req)
+        job = protocol.Job(slot, session=session_hash(req.session), grammar=req.grammar or "",
+                           **core.generation(req, served, int(rec["reasoning_budget"])))
         stream = RingStream(self, job)
         stream.submit()
         stream.wait_accepted()
@@ -307,19 +298,10 @@ class RingBackend:
         return out
 
     def health(self):
-        """200 when any model serves; per-model state and every die's state (a FAILED die says so)."""
-        from workers.tables import DIE_STATES
-
-        models = self.models()
-        serving = any(m.state == "loaded" and m.replicas > 0 for m in models) and not self.draining
+        """The /health body every backend gives, with every die's state (a FAILED die says so)."""
         dies = {d.name: DIE_STATES[self.tables.dies[i]["state"]] for i, d in enumerate(self.layout.die_list or ())}
-        status = "draining" if self.draining else "ok" if serving else "unavailable"
-        body = {"status": status, "pressure": PRESSURE_LEVELS[self.tables.instance[0]["pressure"]],
-                "models": {m.name: {"state": m.state, "replicas": m.replicas, "n_ctx": m.n_ctx,
-                                    **({"reason": m.details["reason"]} if m.details["reason"] else {})}
-                           for m in models},
-                "dies": dies}
-        return serving, body
+        return core.health(self.models(), dies, draining=self.draining,
+                           pressure=PRESSURE_LEVELS[self.tables.instance[0]["pressure"]])
 
     def metrics(self):
         inst = self.tables.instance[0]
@@ -330,11 +312,6 @@ class RingBackend:
 def _open_served(rec, template=None):
     """Tokenizer, template and context of a slot, from its GGUF metadata or HF tokenizer files (no
     weights touched); `template` (--chat-template) overrides the model's."""
-    from pantheon.source import open_text
-    from pantheon.text.prompting import PromptBuilder
-
     tok, meta, cfg = open_text(text(rec["path"]), text(rec["config"]) or None)
     n_ctx = context_size(int(rec["ctx_cap"]), cfg.n_ctx_train)
-    think = tuple(tok.token_to_id.get(t) for t in ("<think>", "</think>"))
-    return ServedModel(text(rec["name"]), tok, PromptBuilder(tok, meta, template_source=template), n_ctx,
-                       think if None not in think else ())
+    return core.served_model(text(rec["name"]), meta, n_ctx, tok, template)

@@ -3,7 +3,9 @@
 import sys
 
 from pantheon.errors import PantheonError, UsageError
+from pantheon.serve.dies import discover_dies, resolve_placement
 from pantheon.serve.settings import HelpRequested, parse_serve_args, usage_text
+from workers.supervisor import Supervisor
 
 
 def main(argv=None):
@@ -27,9 +29,6 @@ def main(argv=None):
 
 
 def run(config):
-    from pantheon.serve.dies import discover_dies, resolve_placement
-    from workers.supervisor import Supervisor
-
     dies = discover_dies(config.cpu_dies)
     resolve_placement(config, dies)
     sup = Supervisor(config, dies)

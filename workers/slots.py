@@ -1,12 +1,17 @@
-"""Model slots of the instance: one per served name, its replicas' dies, its state derived from the dies."""
+"""Model slots of the instance: one per served name, its replicas' dies, its state derived from the dies.
+
+A slot's facts are a ModelSpec (pantheon.serve.settings: the --model parsers and limits) plus the
+sequences decoded together and whether weights are quantized; `record` is the one place that turns
+them into the shared table's fields, `spec_of` the one place that reads them back."""
 
 import functools
 import time
 
 from pantheon.errors import UsageError
+from pantheon.serve.settings import DEFAULT_CTX_CAP, ModelSpec, batch_slots_of, context_size
 from pantheon.source import model_config
 from workers.tables import (DIE_FAILED, DIE_UP, MAX_SLOTS, SLOT_EMPTY, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING,
-                            SLOT_UNLOADING, text)
+                            SLOT_STATES, SLOT_UNLOADING, text)
 
 
 def placement(names, index):
@@ -40,10 +45,8 @@ class SlotBook:
                 s["dies"] |= mask
                 s["split"] = _join(s["split"], split)
                 return
-        self.slots.append(dict(name=spec.name, path=spec.path, config=spec.config, dies=mask, split=split,
-                               ctx_cap=spec.ctx_cap, batch_slots=min(self.config.batch_slots, spec.max_concurrent),
-                               max_sessions=spec.max_sessions, max_concurrent=spec.max_concurrent,
-                               reasoning_budget=spec.reasoning_budget, quantize=int(self.config.quantize)))
+        self.slots.append(record(spec, mask, split, batch_slots_of(spec, self.config.batch_slots),
+                                 self.config.quantize))
 
     def add_runtime(self, spec, batch_slots, tables):
         """A model loaded through the admin API: the first free slot, published as loading."""
@@ -52,15 +55,12 @@ class SlotBook:
             raise UsageError(f"all {MAX_SLOTS} model slots are in use")
         i = free[0] if free else len(self.slots)
         index = {d.name: n for n, d in enumerate(self.die_list)}
-        mask, split = placement(spec.dies, index)
-        record = dict(name=spec.name, path=spec.path, config=spec.config, dies=mask, split=split,
-                      ctx_cap=spec.ctx_cap, batch_slots=batch_slots, max_sessions=spec.max_sessions,
-                      max_concurrent=spec.max_concurrent, reasoning_budget=0, quantize=int(self.config.quantize))
+        fields = record(spec, *placement(spec.dies, index), batch_slots, self.config.quantize)
         if i == len(self.slots):
-            self.slots.append(record)
+            self.slots.append(fields)
         else:
-            self.slots[i] = record
-        tables.write_slot(i, state=SLOT_LOADING, created=int(time.time()), reason="", **record)
+            self.slots[i] = fields
+        tables.write_slot(i, state=SLOT_LOADING, created=int(time.time()), reason="", **fields)
         return i
 
     def remove(self, i):
@@ -97,7 +97,7 @@ class SlotBook:
             state = self._state(tables, i, s["dies"])
             if state != rec["state"]:
                 reason = reasons.get(i, text(rec["reason"])) if state == SLOT_FAILED else ""
-                tables.write_slot(i, state=state, reason=reason[:250])
+                tables.write_slot(i, state=state, reason=reason)
                 changed.append((s["name"], state))
         return changed
 
@@ -115,22 +115,44 @@ class SlotBook:
         reasons = {slot: msg for die, slot, msg in notes if die == d}
         for i in self.slots_on(d):
             if self._state(tables, i, self.slots[i]["dies"]) == SLOT_FAILED:
-                tables.write_slot(i, state=SLOT_FAILED, reason=reasons.get(i, detail)[:250])
+                tables.write_slot(i, state=SLOT_FAILED, reason=reasons.get(i, detail))
 
 
-DEFAULT_CTX = 4096
+def record(spec, mask, split, batch_slots, quantize):
+    """The slot table fields of `spec` placed on the dies of bit `mask` (`split`: its CUDA layer-split
+    groups, see placement)."""
+    return dict(name=spec.name, path=spec.path, config=spec.config, dies=mask, split=split, ctx_cap=spec.ctx_cap,
+                batch_slots=batch_slots, max_sessions=spec.max_sessions, max_concurrent=spec.max_concurrent,
+                reasoning_budget=spec.reasoning_budget, quantize=int(quantize))
 
 
-def context_size(ctx_cap, n_ctx_train):
-    """Tokens per sequence: the --ctx-cap (or 4096), never beyond what the model was trained for."""
-    return min(ctx_cap or DEFAULT_CTX, n_ctx_train)
+def spec_of(rec, die_names):
+    """(ModelSpec, batch_slots, quantize) of a slot table record; `die_names` by die index. A layer
+    split's dies are its first group, each GPU's share being what a fit check weighs."""
+    split = text(rec["split"])
+    dies = tuple(split.split(",")[0].split("+")) if split else _names(rec, die_names)
+    spec = ModelSpec(text(rec["path"]), text(rec["name"]), dies, int(rec["ctx_cap"]), int(rec["reasoning_budget"]),
+                     int(rec["max_sessions"]), int(rec["max_concurrent"]), config=text(rec["config"]))
+    return spec, int(rec["batch_slots"]), bool(rec["quantize"])
+
+
+def describe(i, rec, die_names, in_flight):
+    """The /admin/models record of slot `i` (`in_flight`: its requests running or queued)."""
+    return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": _names(rec, die_names),
+            "split": [g.split("+") for g in text(rec["split"]).split(",") if g],
+            "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]), "in_flight": int(in_flight),
+            "ctx": slot_context(text(rec["path"]), text(rec["config"]), int(rec["ctx_cap"]), int(rec["version"]))}
+
+
+def _names(rec, die_names):
+    return [n for d, n in enumerate(die_names) if int(rec["dies"]) >> d & 1]
 
 
 @functools.lru_cache(maxsize=256)
 def slot_context(path, config, ctx_cap, version):
-    """The context a slot really serves (what the engine gets), read from the GGUF header once per slot
-    version; the cap alone when the file cannot be read (its slot state already says why)."""
+    """The context a slot really serves (what the engine gets), read from the model's header once per
+    slot version; the cap alone when the file cannot be read (its slot state already says why)."""
     try:
         return context_size(ctx_cap, model_config(path, config or None).n_ctx_train)
     except Exception:
-        return ctx_cap or DEFAULT_CTX
+        return ctx_cap or DEFAULT_CTX_CAP

@@ -2,7 +2,6 @@
 
 import collections
 import os
-import queue
 import signal
 import socket
 import sys
@@ -12,22 +11,26 @@ import traceback
 
 from ipc import reap_orphans
 from pantheon.errors import UsageError
+from pantheon.serve.dies import die_memory
 from workers import protocol
+from workers.admin_desk import AdminDesk
+from workers.admission import Admission
+from workers.commands import FailDie, FailFront, SlotEmptied, ToDie
 from workers.dispatcher import Dispatcher
 from workers.layout import Layout
 from workers.lifecycle import adopt_parent_death, reset_signals
+from workers.pressure import PressureWatch
+from workers.protocol import Kind
 from workers.restarts import RestartPolicy
 from workers.slots import SlotBook
-from workers.slots import slot_context
-from ipc import Kind
-from workers.admin_desk import AdminDesk
-from workers.pressure import PressureWatch
-from workers.tables import (DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STALLED, DIE_STARTING, DIE_UP, SLOT_LOADED, SLOT_LOADING,
-                            SLOT_STATES, text)
+from workers.tables import DIE_DEGRADED, DIE_DOWN, DIE_FAILED, DIE_STALLED, DIE_STARTING, DIE_UP, SLOT_LOADED, SLOT_LOADING
+from workers.vram import Reclaim
+from workers.wakeup import Wakeup
 
 GRACE_S = 12.0  # the fronts' drain (workers/front.py DRAIN_S) plus time to flush and exit
-ABORT_GRACE_S = 2.0
-FREE_CACHES = 1  # STATUS to a die: drop the prefix caches of idle sessions  # after SIGABRT, a hung worker gets this long to dump its stack before SIGKILL
+TICK_S = 0.05  # the main loop's longest sleep: restarts, hang checks and pressure are polled this often
+QUEUED_SIGNALS = 5
+ABORT_GRACE_S = 2.0  # after SIGABRT, a hung worker gets this long to dump its stack before SIGKILL
 
 
 def log(msg):
@@ -59,12 +62,11 @@ class Supervisor:
         ops = config.ops
         self.restarts = {d: RestartPolicy(ops.restart_intensity, ops.restart_period) for d in range(len(self.die_list))}
         self.fronts, self.workers = {}, {}  # pid -> index
-        self.signals = []
+        self.sig_queue = collections.deque()  # signals as the handler queued them, handled by the main loop
+        self.wakeup = Wakeup()
         self.stopping = None
         self._thread, self._stop = None, threading.Event()
-        self.main_inbox = queue.SimpleQueue()  # callables the dispatcher thread hands back
         self.admin_queue = collections.deque()
-        self.desk = AdminDesk(self)
         self.aborted = {}  # die -> when a hung worker was sent SIGABRT
         self.started = {}  # die -> when its current worker was forked
         self.nvml = nvml
@@ -83,11 +85,14 @@ class Supervisor:
         self._baseline_vram()
         self.pressure = PressureWatch(self.config.ops, self.die_list, self.nvml)
         self.pressure.poll(self.layout.tables.instance[0])
-        self._admit_startup()
+        self.admission = Admission(self.pressure, self.die_list, self.config.quantize, self.layout.tables, self.nvml)
+        self.admission.check_startup(len(self.book.slots))
         self.sock = bind_listener(self.config.host, self.config.port)
-        self.dispatcher = Dispatcher(self.layout)
+        self.dispatcher = Dispatcher(self.layout, wake_main=self.wakeup.ring)
+        self.desk = AdminDesk(self.config, self.die_list, self.layout.tables, self.book, self.dispatcher.commands.put,
+                              self.admission.verdict, self.load_slot, self.dispatcher.slot_in_flight)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
-            signal.signal(sig, lambda s, _f: self.signals.append(s))
+            signal.signal(sig, self._on_signal)
         for f in range(self.config.http_workers):
             self._spawn_front(f)
         for d in self.book.used_dies():
@@ -132,28 +137,38 @@ class Supervisor:
             os._exit(code or 0)
 
     def _spawn_front(self, f):
-        from workers.front import front_main
-
-        self.fronts[self._fork(front_main, self.layout, f, self.sock, self.config)] = f
+        self.fronts[self._fork(_front_role, self.layout, f, self.sock, self.config)] = f
 
     def spawn_worker(self, d):
-        from workers.worker import worker_main
-
         rec = self.layout.tables.dies[d]
         rec["loaded"] = rec["failed"] = rec["in_flight"] = 0
         rec["heartbeat"] = 0.0
         rec["state"] = DIE_STARTING
         rec["generation"] += 1
         self.started[d] = time.monotonic()
-        pid = self._fork(worker_main, self.layout, d, self.die_list[d], self.book.slots_on(d), self.config.ops)
+        pid = self._fork(_worker_role, self.layout, d, self.die_list[d], self.book.slots_on(d), self.config.ops)
         rec["pid"] = pid
         self.workers[pid] = d
+
+    def _on_signal(self, sig, frame):
+        """Only queue it (at most QUEUED_SIGNALS) and wake the main loop, as gunicorn's arbiter does."""
+        if len(self.sig_queue) < QUEUED_SIGNALS:
+            self.sig_queue.append(sig)
+        self.wakeup.ring()
+
+    def load_slot(self, slot):
+        """A new model slot: live workers of its dies load it; a die without a worker gets one."""
+        for d in self.book.dies_of(slot):
+            if d in self.workers.values():
+                self.dispatcher.commands.put(ToDie(d, Kind.LOAD_SLOT, protocol.encode_slot(slot)))
+            else:
+                self.spawn_worker(d)
 
     def run(self):
         """Serve until SIGTERM/SIGINT has drained everything; returns the exit status."""
         log(f"listening on http://{self.config.host}:{self.port}")
         while True:
-            time.sleep(0.05)
+            self.wakeup.sleep(TICK_S)
             self._handle_signals()
             self._reap()
             if self.stopping is not None and self._stopped():
@@ -161,8 +176,8 @@ class Supervisor:
             self._watch()
 
     def _handle_signals(self):
-        while self.signals:
-            sig = self.signals.pop(0)
+        while self.sig_queue:
+            sig = self.sig_queue.popleft()
             if sig in (signal.SIGTERM, signal.SIGINT):
                 self._begin_stop(immediate=self.stopping is not None and sig == signal.SIGINT)
 
@@ -203,7 +218,7 @@ class Supervisor:
             f = self.fronts.pop(pid)
             if self.stopping is None:
                 log(f"front {f} (pid {pid}) exited with {code}; respawning")
-                self.dispatcher.commands.put(lambda: self.dispatcher.fail_front(f))
+                self.dispatcher.commands.put(FailFront(f))
                 self._spawn_front(f)
         elif pid in self.workers:
             self._worker_exited(self.workers.pop(pid), pid, code)
@@ -215,21 +230,16 @@ class Supervisor:
         rec = self.layout.tables.dies[d]
         rec["state"], rec["loaded"], rec["in_flight"], rec["pid"] = DIE_DOWN, 0, 0, 0
         detail = f"worker of die {self.die_list[d].name} (pid {pid}) exited with {code}"
-        self.dispatcher.commands.put(lambda: self.dispatcher.fail_die(d, detail))
+        final = self.stopping is None and (code == protocol.EXIT_BAD_MODEL or not self.restarts[d].allow())
+        self.dispatcher.commands.put(FailDie(d, detail, final))  # final: the die's last notes come back
         if self.stopping is not None:
             return
         log(detail)
-        if code == protocol.EXIT_BAD_MODEL or not self.restarts[d].allow():
+        if final:
             rec["state"] = DIE_FAILED
-            self.dispatcher.commands.put(lambda: self._after_notes(d, detail))
             return
         rec["restarts"] += 1
         self.restarts[d].schedule(time.monotonic())
-
-    def _after_notes(self, d, detail):
-        """On the dispatcher thread, after fail_die read the die's last notes: fail its slots with the cause."""
-        notes = list(self.dispatcher.status_notes)
-        self.main_inbox.put(lambda: self.book.die_failed(self.layout.tables, d, detail, notes))
 
     def _watch(self):
         now = time.monotonic()
@@ -241,7 +251,7 @@ class Supervisor:
             log(f"memory pressure {changed[0].name} -> {changed[1].name}")
             if self.pressure.frees_caches(changed[1]) and not self.pressure.frees_caches(changed[0]):
                 for d in list(self.workers.values()):
-                    self.dispatcher.commands.put(lambda d=d: self.dispatcher.send_to_die(d, Kind.STATUS, FREE_CACHES))
+                    self.dispatcher.commands.put(ToDie(d, Kind.FREE_CACHES))
         for d in self.workers.values():
             rec = tables.dies[d]
             if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
@@ -291,9 +301,6 @@ class Supervisor:
 
     def _baseline_vram(self):
         """Record each GPU die's memory use while no worker runs on it (before the first fork)."""
-        from pantheon.serve.dies import die_memory
-        from workers.vram import Reclaim
-
         cuda = {d.name: d for d in self.die_list if d.kind == "cuda"}
         if not cuda:
             return
@@ -304,61 +311,41 @@ class Supervisor:
                 self.reclaims[i] = Reclaim(read(die.name), mem.used)
 
     def _admin(self):
-        """Hand-backs from the dispatcher, then admin requests; a load waits while another is loading."""
-        while not self.main_inbox.empty():
-            self.main_inbox.get()()
+        """Answers from the dispatcher, then admin requests; a load waits while another is loading."""
+        while not self.dispatcher.to_main.empty():
+            msg = self.dispatcher.to_main.get()
+            if isinstance(msg, SlotEmptied):
+                self.desk.emptied(msg)
+            else:
+                self.book.die_failed(self.layout.tables, msg.die, msg.detail, msg.notes)
         while not self.dispatcher.admin_inbox.empty():
             self.admin_queue.append(self.dispatcher.admin_inbox.get())
         while self.admin_queue:
             kind = self.admin_queue[0][2]
-            if kind == Kind.LOAD and any(rec["state"] == SLOT_LOADING for _, rec in self.layout.tables.live_slots()):
+            if kind == Kind.ADMIN_LOAD and any(rec["state"] == SLOT_LOADING for _, rec in self.layout.tables.live_slots()):
                 break
             self.desk.take(*self.admin_queue.popleft())
         self.desk.tick()
 
-    def describe_slot(self, i):
-        """The /admin/models record of slot i."""
-        rec = self.layout.tables.read_slot(i)
-        return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]),
-                "dies": [self.die_list[d].name for d in range(len(self.die_list)) if int(rec["dies"]) >> d & 1],
-                "split": [g.split("+") for g in text(rec["split"]).split(",") if g],
-                "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]),
-                "in_flight": self.dispatcher.slot_in_flight(i),
-                "ctx": slot_context(text(rec["path"]), text(rec["config"]), int(rec["ctx_cap"]),
-                                    int(rec["version"]))}
 
-    def fit_verdict(self, path, dies, ctx, slots, sessions, shared=None, config=None):
-        """The estimator's verdict against the RAM available now (the pressure source) and free VRAM;
-        a file the estimator cannot read is a REFUSED verdict naming why."""
-        from types import MappingProxyType
 
-        from pantheon.serve.dies import die_memory
-        from pantheon.errors import GGUFError
-        from pantheon.serve.fit import REFUSED, Verdict, estimate, verdict
 
-        if shared is None:
-            shared = [text(rec["path"]) for _, rec in self.layout.tables.live_slots()]
-        try:
-            est = estimate(path, dies=dies, ctx=ctx, slots=slots, shared_files=shared, sessions=sessions,
-                           config=config)
-        except (GGUFError, OSError) as e:
-            return Verdict(REFUSED, f"{path}: {type(e).__name__}: {e}", MappingProxyType({}))
-        cuda = {d.name: d for d in self.die_list if d.name in est.vram}
-        free = {n: m.total - m.used for n, m in die_memory(cuda, self.nvml).items() if m is not None}
-        available, total = self.pressure.available()
-        return verdict(est, available, total, free)
+def _front_role(*args):
+    """In the forked front: waitress and the HTTP app load here, never in the supervisor."""
+    from workers.front import front_main
 
-    def _admit_startup(self):
-        """Every --model passes the same pre-flight as a run-time load, or the instance does not start."""
-        seen = []
-        for s in self.book.slots:
-            names = [self.die_list[d].name for d in range(len(self.die_list)) if s["dies"] >> d & 1]
-            names = s["split"].split(",")[0].split("+") if s["split"] else names  # a split's share per GPU
-            v = self.fit_verdict(s["path"], names, s["ctx_cap"] or 4096, s["batch_slots"], s["max_sessions"],
-                                 shared=seen, config=s["config"] or None)
-            if v.kind in ("DOES-NOT-FIT", "REFUSED"):
-                raise UsageError(f"model {s['name']!r} cannot be admitted:\n{v.table()}")
-            seen.append(s["path"])
+    return front_main(*args)
+
+
+def _worker_role(layout, d, die, slots, ops):
+    """In the forked die worker: numba's kernel cache is placed, then the engine loads (never in the
+    supervisor)."""
+    from pantheon.engine.kernels.compile_cache import configure
+
+    configure(ops.kernel_cache)  # before any kernel module is imported (it fixes numba's cache dir)
+    from workers.worker import worker_main
+
+    return worker_main(layout, d, die, slots, ops)
 
 
 def _signal(pid, sig):

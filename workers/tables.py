@@ -9,7 +9,10 @@ import time
 
 import numpy as np
 
+from pantheon.serve.settings import MAX_NAME_BYTES, MAX_PATH_BYTES
+
 MAX_SLOTS = 16
+REASON_BYTES = 256  # a slot's failure reason is a message: cut to this many bytes, on a character boundary
 
 SLOT_EMPTY, SLOT_LOADING, SLOT_LOADED, SLOT_FAILED, SLOT_UNLOADING = range(5)
 SLOT_STATES = ("empty", "loading", "loaded", "failed", "unloading")
@@ -18,7 +21,8 @@ DIE_DOWN, DIE_STARTING, DIE_UP, DIE_FAILED, DIE_DEGRADED, DIE_STALLED = range(6)
 DIE_STATES = ("down", "starting", "up", "failed", "degraded", "stalled")
 
 SLOT_DTYPE = np.dtype([
-    ("version", "<u8"), ("state", "u1"), ("name", "S64"), ("path", "S1024"), ("config", "S1024"), ("reason", "S256"),
+    ("version", "<u8"), ("state", "u1"), ("name", f"S{MAX_NAME_BYTES}"), ("path", f"S{MAX_PATH_BYTES}"),
+    ("config", f"S{MAX_PATH_BYTES}"), ("reason", f"S{REASON_BYTES}"),
     ("dies", "<u8"), ("ctx_cap", "<u4"), ("batch_slots", "<u4"), ("max_sessions", "<u4"),
     ("max_concurrent", "<u4"), ("reasoning_budget", "<u4"), ("quantize", "u1"), ("created", "<u8"),
     ("split", "S128"),  # CUDA layer-split groups: 'cuda0+cuda1[,cuda2+cuda3]'; the first die of a group runs it
@@ -58,9 +62,10 @@ class Tables:
     def write_slot(self, i, **fields):
         """Supervisor only: update slot `i` under its sequence lock."""
         rec = self.slots[i]
+        encoded = {k: _encoded(k, v) for k, v in fields.items()}
         rec["version"] += 1
-        for k, v in fields.items():
-            rec[k] = v.encode() if isinstance(v, str) else v
+        for k, v in encoded.items():
+            rec[k] = v
         rec["version"] += 1
 
     def read_slot(self, i, attempts=1000):
@@ -83,6 +88,19 @@ class Tables:
         return out
 
 
+def _encoded(key, value):
+    """A str field as bytes: the reason is cut to fit, a name or path that does not fit is a bug
+    (settings.parse_id / parse_model_path refuse them before they get here)."""
+    if not isinstance(value, str):
+        return value
+    raw = value.encode("utf-8", "surrogateescape")
+    if key == "reason":
+        return raw[:REASON_BYTES].decode("utf-8", "ignore").encode()
+    if len(raw) > SLOT_DTYPE[key].itemsize:
+        raise ValueError(f"slot field {key} of {len(raw)} bytes exceeds {SLOT_DTYPE[key].itemsize}")
+    return raw
+
+
 def text(field):
     """A fixed-width bytes field as str."""
-    return bytes(field).rstrip(b"\0").decode("utf-8", "replace")
+    return bytes(field).rstrip(b"\0").decode("utf-8", "surrogateescape")

@@ -7,10 +7,15 @@ import sys
 import time
 import traceback
 
-from ipc import Kind
+from ipc.errors import FrameError
+from pantheon.engine.model import open_model
+from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
+from pantheon.engine.warmup import warm_up
+from pantheon.errors import PantheonError, UnsupportedDevice
+from pantheon.serve.settings import context_size
 from workers import protocol
+from workers.protocol import ErrorCode, Kind
 from workers.lifecycle import heartbeat_interval
-from workers.slots import context_size
 from workers.tables import text
 
 IDLE_WAIT_S = 0.05
@@ -32,13 +37,7 @@ class DieWorker:
         self.assigned = list(slots)
         self._load(slots, threads)
 
-
     def _load(self, slots, threads):
-        from pantheon.engine.scheduler import Engine, EngineConfig
-        from pantheon.errors import UnsupportedDevice
-        from pantheon.engine.model import open_model
-        from pantheon.engine.warmup import warm_up
-
         for i in slots:
             rec = self.layout.tables.read_slot(i)
             try:
@@ -67,7 +66,8 @@ class DieWorker:
                 self.engines.pop(i, None)
                 self.rec["loaded"] = int(self.rec["loaded"]) & ~(1 << i)
                 self.rec["failed"] |= 1 << i
-                self._status(i, f"failed: {type(e).__name__}: {e}")
+                reason = protocol.encode_slot(i, f"failed: {type(e).__name__}: {e}")
+                self.to_sup.send(Kind.SLOT_FAILED, 0, 0, reason, timeout=1.0)
         self._beat()
 
     def _beat(self):
@@ -83,9 +83,6 @@ class DieWorker:
         for line in load_report(model):
             print(f"pantheon-worker {self.die.name}: {line}", file=sys.stderr, flush=True)
         return model, n_ctx
-
-    def _status(self, slot, message):
-        self.to_sup.send(Kind.STATUS, slot, 0, message.encode()[:400], timeout=1.0)
 
     def run(self):
         if self.assigned and not self.engines:
@@ -127,20 +124,18 @@ class DieWorker:
             slot = self.owner.get(msg.request_id)
             if slot is not None:
                 self.engines[slot].abort(msg.request_id)
-        elif msg.kind == Kind.LOAD:
-            self._load([msg.request_id], self.threads)
-        elif msg.kind == Kind.UNLOAD:
-            self._unload(msg.request_id)
-        elif msg.kind == Kind.STATUS:
+        elif msg.kind == Kind.LOAD_SLOT:
+            self._load([protocol.decode_slot(bytes(msg.payload))[0]], self.threads)
+        elif msg.kind == Kind.UNLOAD_SLOT:
+            self._unload(protocol.decode_slot(bytes(msg.payload))[0])
+        elif msg.kind == Kind.FREE_CACHES:
             for engine in self.engines.values():
                 engine.sessions.clear()  # memory pressure: idle sessions' caches go first
-        elif msg.kind == Kind.SHUTDOWN:
-            sys.exit(protocol.EXIT_OK)
 
     def _unload(self, slot):
         """Drop a model: whatever still runs on it ends with a clear error, then its memory goes."""
         for rid in [r for r, s in self.owner.items() if s == slot]:
-            self._fail(rid, protocol.E_UNAVAILABLE, "5|the model was unloaded")
+            self._fail(rid, ErrorCode.UNAVAILABLE, "the model was unloaded", 5)
             self.owner.pop(rid)
             self.rec["in_flight"] -= 1
         engine = self.engines.pop(slot, None)
@@ -150,42 +145,35 @@ class DieWorker:
         self.rec["failed"] = int(self.rec["failed"]) & ~(1 << slot)
 
     def _submit(self, msg):
-        from pantheon.engine.scheduler import Request
-        from pantheon.errors import PantheonError
-
-        job = protocol.decode_job(bytes(msg.payload))
-        engine = self.engines.get(job.slot)
+        """Decode the job (the dispatcher read only its routing header) and hand it to its engine."""
         try:
+            job = protocol.decode_job(bytes(msg.payload))
+            engine = self.engines.get(job.slot)
             if engine is None:
                 raise KeyError(f"model slot {job.slot} is not loaded on this die")
-            req = Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
-                          session=job.session or None, reasoning_budget=job.reasoning_budget,
-                          think_ids=job.think_ids if any(job.think_ids) else (),
-                          constraint=_constraint(engine, job), logprobs=None if job.logprobs < 0 else job.logprobs)
-            engine.add(req)
-        except (PantheonError, KeyError, ValueError) as e:
-            self._fail(msg.request_id, protocol.E_BAD_REQUEST, str(e))
+            engine.add(Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
+                               session=job.session or None, reasoning_budget=job.reasoning_budget,
+                               think_ids=job.think_ids, constraint=_constraint(engine, job), logprobs=job.logprobs))
+        except (PantheonError, FrameError, KeyError, ValueError) as e:
+            self._fail(msg.request_id, ErrorCode.BAD_REQUEST, str(e))
             return
         self.owner[msg.request_id] = job.slot
         self.rec["in_flight"] += 1
 
-    def _fail(self, rid, code, detail):
-        from ipc.messages import encode_error
-
-        self.to_front[protocol.front_of(rid)].send(Kind.ERROR, rid, 0, encode_error(code, detail.encode()[:2000]),
+    def _fail(self, rid, code, detail, retry_after=0.0):
+        """End request `rid` with an error; the DONE notice tells the dispatcher its place is free."""
+        self.to_front[protocol.front_of(rid)].send(Kind.ERROR, rid, 0, protocol.encode_error(code, detail, retry_after),
                                                    timeout=5.0)
         self.to_sup.send(Kind.DONE, rid, 0, protocol.encode_done("abort", 0, 0, 0), timeout=5.0)
 
     def _route(self, events):
-        from pantheon.engine.scheduler import TokenEvent
-
         for ev in events:
             out = self.to_front[protocol.front_of(ev.id)]
             if isinstance(ev, TokenEvent):
                 out.send(Kind.TOKENS, ev.id, ev.index, protocol.encode_token(ev.token, ev.logprob), timeout=5.0)
                 continue
             if ev.reason == "error":
-                self._fail(ev.id, protocol.E_INTERNAL, ev.message or "the engine failed on this request")
+                self._fail(ev.id, ErrorCode.INTERNAL, ev.message or "the engine failed on this request")
                 self.owner.pop(ev.id, None)
                 self.rec["in_flight"] -= 1
                 continue
@@ -211,10 +199,6 @@ def worker_main(layout, die_index, die, slots, ops=None):
     if die.kind == "cpu" and die.cores:
         os.sched_setaffinity(0, die.cores)
     threads = len(die.cores) if die.cores else None
-    if ops is not None:
-        from pantheon.engine.kernels.compile_cache import configure
-
-        configure(ops.kernel_cache)  # before any kernel module is imported (it fixes numba's cache dir)
     try:
         worker = DieWorker(layout, die_index, die, slots, threads)
         return worker.run()

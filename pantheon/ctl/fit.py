@@ -1,46 +1,42 @@
 """`pantheon-ctl fit`: pantheon.serve.fit's verdict for one model against this machine's (or given) free memory."""
 
-from pantheon.ctl import output as fmt
-from pantheon.errors import GGUFError, UsageError
+import os
 
-REFUSED = "REFUSED"   # pantheon.serve.fit's verdict for a file it cannot judge
+from pantheon.ctl import output as fmt
+from pantheon.errors import UsageError
+from pantheon.serve import fit
+from pantheon.serve.settings import batch_slots_of, model_spec
 
 
 def fit_report(path, dies, ctx, slots, available=None, vram=None, config=None):
-    """The verdict as a JSON-ready dict.
+    """The verdict as a JSON-ready dict: pantheon.serve.fit.admission, the check pantheon-serve runs before
+    it loads a model, for `path` served as `--model PATH --dies DIES --ctx-cap CTX` with `--batch-slots
+    SLOTS` and every other per-model flag at its default.
 
     `available`: host RAM bytes to fit in (default: pantheon.serve.memory.available_ram(), whose total also
     lets the verdict warn about pressure). `vram`: free bytes assumed on every CUDA die (default:
     measured through NVML; a die it cannot read makes the verdict REFUSED). A file that cannot be
     opened is a UsageError; one pantheon cannot serve (unknown architecture, ...) is REFUSED.
     """
-    from pantheon.serve import fit
+    _readable(path)
+    spec = model_spec({"--model": path, "--name": "fit", "--dies": tuple(dies), "--ctx-cap": ctx,
+                       **({"--config": config} if config else {})})
+    mem = fit.host_memory(available)
+    free, vram_source = _vram_free([d for d in spec.dies if d.startswith("cuda")], vram)
+    verdict = fit.admission(spec, batch_slots_of(spec, slots), False, mem, free)
+    est = verdict.estimate
+    return {"model": path, "dies": list(dies), "ctx": est.ctx if est else ctx, "slots": slots,
+            "available": mem.available, "available_source": mem.source,
+            "vram_available": free if est else None, "vram_source": vram_source if est else None,
+            "verdict": fmt.jsonable(verdict.kind), "reason": verdict.reason, "numbers": dict(verdict.numbers),
+            "estimate": est}
 
-    host, total, source = _host_memory(available)
-    report = {"model": path, "dies": list(dies), "ctx": ctx, "slots": slots, "available": host,
-              "available_source": source, "vram_available": None, "vram_source": None}
+
+def _readable(path):
     try:
-        estimate = fit.estimate(path, dies=tuple(dies), ctx=ctx, slots=slots, shared_files=(), config=config)
+        os.stat(path)  # a GGUF file or an HF model directory
     except OSError as e:
         raise UsageError(f"fit {path!r}: cannot read: {e.strerror or e}") from None
-    except GGUFError as e:
-        return {**report, "verdict": REFUSED, "reason": f"{path}: {type(e).__name__}: {e}", "numbers": {},
-                "estimate": None}
-    free, vram_source = _vram_free(list(estimate.vram), vram)
-    verdict = fit.verdict(estimate, host, total, free)
-    return {**report, "ctx": estimate.ctx, "vram_available": free, "vram_source": vram_source,
-            "verdict": fmt.jsonable(verdict.kind), "reason": verdict.reason, "numbers": dict(verdict.numbers),
-            "estimate": estimate}
-
-
-def _host_memory(available):
-    """(available bytes, total bytes or None, where the number comes from)."""
-    if available is not None:
-        return available, None, "--available"
-    from pantheon.serve.memory import available_ram
-
-    mem = available_ram()
-    return mem.available, mem.total, mem.source
 
 
 def _vram_free(cuda_dies, vram):
@@ -48,15 +44,7 @@ def _vram_free(cuda_dies, vram):
         return None, None
     if vram is not None:
         return {d: vram for d in cuda_dies}, "--vram"
-    return measured_vram(cuda_dies), "nvml"
-
-
-def measured_vram(cuda_dies):
-    """die -> free bytes, from NVML, for the dies it can read (CUDA_VISIBLE_DEVICES numbering)."""
-    from pantheon.serve.dies import die_memory, discover_dies
-
-    found = {name: die for name, die in discover_dies(1).items() if name in cuda_dies}
-    return {name: mem.total - mem.used for name, mem in die_memory(found).items() if mem is not None}
+    return fit.free_vram(cuda_dies), "nvml"
 
 
 def fit_text(r):

@@ -12,7 +12,7 @@ from pantheon.engine.moe import moe_ffn
 from pantheon.engine.ops import Rope, rms_norm, silu
 from pantheon.engine.quantize import quantize_weights
 from pantheon.engine.threads import ThreadBudget
-from pantheon.source import open_files
+from pantheon.source import open_files, text_side
 
 
 class Model:
@@ -39,8 +39,6 @@ class Model:
 
     def _text_side(self):
         if self._text is None:
-            from pantheon.source import text_side
-
             self._text = text_side(self.gguf)
         return self._text
 

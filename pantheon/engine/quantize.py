@@ -3,13 +3,11 @@
 import dataclasses
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
+from gguf import GGMLQuantizationType
 
 from pantheon.engine.kernels.matmul import dequantize_rows
 from pantheon.engine.weights import Weight
-
-FLOAT_TYPES = frozenset((T.F32, T.F16, T.BF16))
-BLOCK = 32
+from pantheon.gguf.ggml import FLOAT_TYPES, Q8_0_BLOCK as BLOCK
 
 
 def quantize_q8_0(x):
@@ -33,7 +31,7 @@ def to_q8_0(w, chunk=1024):
     for r0 in range(0, w.rows, chunk):
         rows = np.arange(r0, min(r0 + chunk, w.rows))  # [chunk]
         raw[r0:r0 + len(rows)] = quantize_q8_0(dequantize_rows(w, rows))
-    return Weight(w.name, int(T.Q8_0), w.rows, w.cols, raw)
+    return Weight(w.name, int(GGMLQuantizationType.Q8_0), w.rows, w.cols, raw)
 
 
 def quantize_weights(weights):

@@ -7,6 +7,8 @@ from typing import Optional
 from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
 from pantheon.engine.sampler import Sampler, SamplingParams
+from pantheon.engine.sizes import PREFILL_CHUNK
+from pantheon.errors import ContextOverflow, EngineError
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,7 @@ class EngineConfig:
     n_ctx: int = 2048
     max_batch: int = 4
     max_sessions: int = 8
-    prefill_chunk: int = 256
+    prefill_chunk: int = PREFILL_CHUNK
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType
+from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType
 from gguf import GGUFValueType as VT
 
 from pantheon.errors import (AbsurdValue, BadMagic, GGUFError, TruncatedFile,
                              UnsupportedTensorType, UnsupportedVersion)
-from pantheon.engine.kernels.registry import SUPPORTED, row_bytes
+from pantheon.gguf.ggml import SUPPORTED, block_elements, row_bytes
 
 # gguf.GGUFReader is not used: it parses every array element into its own numpy arrays (about 2 s
 # for a 32k vocabulary, 11 s for Qwen's 151k here) and loops or over-allocates on hostile counts.
@@ -362,7 +362,7 @@ def _tensor_bytes(cur, name, ne, qtype):
     if n_elements > _INT64_MAX:
         cur.refuse(AbsurdValue, f"tensor {name!r} has ne={list(ne)}: {n_elements} elements "
                                 f"overflow int64")
-    block_elems, _ = GGML_QUANT_SIZES[qtype]
+    block_elems = block_elements(qtype)
     if ne[0] % block_elems:
         cur.refuse(AbsurdValue, f"tensor {name!r} has {ne[0]} columns, not a multiple of "
                                 f"{qtype.name}'s block of {block_elems}")

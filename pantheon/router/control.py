@@ -2,6 +2,7 @@
 
 import hmac
 import json
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pantheon.router.fleet import FleetError
@@ -18,8 +19,6 @@ class ControlServer(ThreadingHTTPServer):
 
     def handle_error(self, request, client_address):
         """HAProxy resets idle keep-alive connections to this server: routine, not worth a traceback."""
-        import sys
-
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
             super().handle_error(request, client_address)
 

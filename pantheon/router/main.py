@@ -8,6 +8,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 
 from pantheon.errors import PantheonError, UsageError
 from pantheon.router.config import parse_router_args
@@ -103,8 +104,6 @@ def _free_port(host):
 
 def serve(config):
     """Start the control server and HAProxy, then evict and reconcile until SIGTERM/SIGINT."""
-    from dataclasses import replace
-
     own_dir = config.state_dir is None
     state_dir = tempfile.mkdtemp(prefix="pantheon-router-") if own_dir else config.state_dir
     stop = threading.Event()

@@ -3,22 +3,16 @@
 import os
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Optional
 
-from gguf import GGMLQuantizationType as T
-
+from pantheon.engine.sizes import KV_ELEMENT_BYTES, PREFILL_CHUNK, TILE_BYTES
 from pantheon.errors import GGUFError, MissingTensor, UsageError
+from pantheon.gguf.ggml import FLOAT_TYPES, Q8_0_BLOCK, Q8_0_BLOCK_BYTES, float_size
+from pantheon.serve.dies import die_memory, discover_dies
+from pantheon.serve.settings import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP
+from pantheon.serve.memory import MemInfo, MiB, PressureLevel, Thresholds, available_ram, level_for
 from pantheon.source import open_files
-from pantheon.serve.memory import MiB, PressureLevel, Thresholds, available_ram, level_for
 
-# The supervisor calls this module, and it must not import numba: the kernel and quantizer
-# constants below are mirrored, not imported (tests/pantheon/serve/test_fit.py checks they agree).
-TILE_BYTES = 64 << 20                       # pantheon.engine.kernels.matmul.TILE_BYTES
-FLOAT_TYPES = frozenset((T.F32, T.F16, T.BF16))  # pantheon.engine.quantize.FLOAT_TYPES
-BLOCK = 32                                  # pantheon.engine.quantize.BLOCK
-
-KV_ELEMENT_BYTES = 4           # the KV cache is float32 (pantheon.engine.kvcache)
-PREFILL_CHUNK = 256            # EngineConfig.prefill_chunk: prompt tokens per step
 # Float32 activation arrays alive at once, per row and per (dim + q width + n_ff): the FFN phase holds
 # x, h, gate, up, silu(gate) and their product; attention holds x, h, q, k, v, a contiguous q copy.
 ACT_COPIES = 4
@@ -28,7 +22,6 @@ RUNTIME_BYTES = 128 * MiB
 VOCAB_BYTES_PER_TOKEN = 256    # the parsed vocabulary and tokenizer maps (~120 B/token measured)
 HEADROOM_FRACTION = 0.10
 HEADROOM_BYTES = 256 * MiB
-Q8_0_BLOCK_BYTES = 2 + BLOCK   # f16 scale + 32 int8
 
 FITS, FITS_TIGHT, DOES_NOT_FIT, REFUSED = "FITS", "FITS-TIGHT", "DOES-NOT-FIT", "REFUSED"
 _SEVERITY = {FITS: 0, FITS_TIGHT: 1, DOES_NOT_FIT: 2, REFUSED: 3}
@@ -81,6 +74,7 @@ class Verdict:
     kind: str
     reason: str
     numbers: Mapping
+    estimate: Optional[Estimate] = None   # None when the file could not be estimated
 
     def table(self) -> str:
         rows = [f"{self.kind}: {self.reason}"]
@@ -95,8 +89,8 @@ def format_bytes(n):
 # ---- the estimate
 
 
-def estimate(path, dies=("cpu0",), ctx=4096, slots=4, shared_files=(), sessions=0, quantize=False,
-             chunk=PREFILL_CHUNK, config=None) -> Estimate:
+def estimate(path, dies=("cpu0",), ctx=DEFAULT_CTX_CAP, slots=DEFAULT_BATCH_SLOTS, shared_files=(), sessions=0,
+             quantize=False, chunk=PREFILL_CHUNK, config=None) -> Estimate:
     """Memory of serving `path` on `dies`, from GGUF metadata (or an HF model's config.json, `config`
     when not beside its weights) and tensor shapes only (no weight page is read). Typed GGUFError subclasses (UnsupportedArchitecture, MissingKey, MissingTensor, ...)
     say why a file is refused; UsageError for a bad argument.
@@ -110,8 +104,8 @@ def estimate(path, dies=("cpu0",), ctx=4096, slots=4, shared_files=(), sessions=
     return estimate_from(cfg, gguf.tensors, path, dies, ctx, slots, shared_files, sessions, quantize, chunk)
 
 
-def estimate_from(cfg, tensors, path, dies=("cpu0",), ctx=4096, slots=4, shared_files=(), sessions=0,
-                  quantize=False, chunk=PREFILL_CHUNK, check=True) -> Estimate:
+def estimate_from(cfg, tensors, path, dies=("cpu0",), ctx=DEFAULT_CTX_CAP, slots=DEFAULT_BATCH_SLOTS,
+                  shared_files=(), sessions=0, quantize=False, chunk=PREFILL_CHUNK, check=True) -> Estimate:
     """estimate() from a config and `tensors` (name -> record with qtype, shape and n_bytes): a GGUF
     header read over HTTP before its weights (pantheon.gguf.file.read_layout), or, with check=False,
     a spec built from a catalog family whose tensor names are not known."""
@@ -215,13 +209,9 @@ def _weight_split(tensors, quantize):
     if not quantize:
         return total, 0
     converted = [t for t in tensors
-                 if len(t.shape) >= 2 and t.qtype in FLOAT_TYPES and t.shape[-1] % BLOCK == 0]
-    private = sum(t.n_bytes // _float_size(t.qtype) // BLOCK * Q8_0_BLOCK_BYTES for t in converted)
+                 if len(t.shape) >= 2 and t.qtype in FLOAT_TYPES and t.shape[-1] % Q8_0_BLOCK == 0]
+    private = sum(t.n_bytes // float_size(t.qtype) // Q8_0_BLOCK * Q8_0_BLOCK_BYTES for t in converted)
     return total - sum(t.n_bytes for t in converted), private
-
-
-def _float_size(qtype):
-    return 4 if qtype == T.F32 else 2
 
 
 def _compute(cfg, matrices, chunk, slots, n_ctx, per_token):
@@ -262,7 +252,7 @@ def verdict(est, available_bytes, total_bytes=None, vram_available=None, thresho
         judged.append(_judge(die, need, _headroom(need), free, None, thresholds))
     kind = max((k for k, _ in judged), key=_SEVERITY.__getitem__)
     reason = "; ".join(r for k, r in judged if k == kind)
-    return Verdict(kind, reason, MappingProxyType(numbers))
+    return Verdict(kind, reason, MappingProxyType(numbers), est)
 
 
 def _judge(what, need, headroom, available, total, thresholds):
@@ -288,5 +278,38 @@ def fit(path, mem=None, vram_available=None, thresholds=Thresholds(), **estimate
     try:
         est = estimate(path, **estimate_args)
     except (GGUFError, OSError) as e:
-        return Verdict(REFUSED, f"{os.fspath(path)}: {type(e).__name__}: {e}", MappingProxyType({}))
+        return _refused(path, e)
     return verdict(est, mem.available, mem.total, vram_available, thresholds)
+
+
+def _refused(path, error):
+    return Verdict(REFUSED, f"{os.fspath(path)}: {type(error).__name__}: {error}", MappingProxyType({}))
+
+
+def estimate_load(spec, batch_slots, quantize=False, shared_files=()):
+    """estimate() of serving a --model slot (a settings.ModelSpec) as its die workers will run it."""
+    return estimate(spec.path, dies=spec.dies, ctx=spec.ctx_cap, slots=batch_slots, sessions=spec.max_sessions,
+                    quantize=quantize, shared_files=shared_files, config=spec.config or None)
+
+
+def admission(spec, batch_slots, quantize, mem, vram_available, shared_files=()) -> Verdict:
+    """The one check every load passes: pantheon-serve's start-up models and admin loads, and
+    pantheon-ctl fit. `mem`: memory.MemInfo; `vram_available`: die -> free bytes."""
+    try:
+        est = estimate_load(spec, batch_slots, quantize, shared_files)
+    except (GGUFError, OSError) as e:
+        return _refused(spec.path, e)
+    return verdict(est, mem.available, mem.total, vram_available)
+
+
+def host_memory(available=None):
+    """MemInfo to judge against: measured now (available_ram), or `available` bytes as given (no total)."""
+    return available_ram() if available is None else MemInfo(None, available, "--available")
+
+
+def free_vram(names, dies=None, nvml=None):
+    """die name -> free bytes for each CUDA die in `names` that NVML can read. `dies`: name -> Die
+    (default: discovered now, CUDA_VISIBLE_DEVICES numbering)."""
+    dies = discover_dies(1, nvml) if dies is None else dies
+    found = {n: d for n, d in dies.items() if n in names and d.kind == "cuda"}
+    return {n: mem.total - mem.used for n, mem in die_memory(found, nvml).items() if mem is not None}

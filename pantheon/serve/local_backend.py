@@ -9,11 +9,11 @@ from collections import deque
 
 from pantheon.engine.scheduler import DoneEvent, Engine, EngineConfig, Request
 from pantheon.errors import EngineError
-from pantheon.serve.http.backend import (ContextOverBudget, Finished, GenerationFailed, ModelInfo, Overloaded,
-                                   ServedModel, Tokens, UnknownModel, Unavailable)
+from pantheon.serve import core
+from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, Tokens, UnknownModel,
+                                         Unavailable)
 from pantheon.serve.metrics import Layout, Recorder
 from pantheon.text.grammar import Constraint
-from pantheon.text.prompting import PromptBuilder
 
 _SERVICE_SMOOTHING = 0.2  # weight of the newest service time in the running mean
 _DEFAULT_SERVICE_S = 1.0  # assumed before any generation has finished
@@ -70,10 +70,10 @@ class _Runner:
     def __init__(self, name, model, config, max_concurrent, max_queue, recorder, template=None):
         self.name, self.model, self.config = name, model, config
         self.max_concurrent, self.max_queue, self.recorder = max_concurrent, max_queue, recorder
-        prompts = PromptBuilder(model.tokenizer, model.chat_metadata, template_source=template)
-        self.served = ServedModel(name, model.tokenizer, prompts, config.n_ctx, _think_ids(model.tokenizer))
+        self.served = core.served_model(name, model.chat_metadata, config.n_ctx, model.tokenizer, template)
         self.commands = queue.Queue()
         self.state = "loaded"
+        self.reason = ""  # why the model failed, for /health and /v1/models
         self.stats = {"completed": 0, "aborted": 0, "failed": 0, "running": 0, "queued": 0}
         self.mean_service_s = None
         self._lock = threading.Lock()
@@ -84,9 +84,10 @@ class _Runner:
     # ---- called from HTTP threads ---------------------------------------------------------------
 
     def submit(self, req):
+        fields = core.generation(req, self.served)
+        fields["stop_ids"] = frozenset(fields["stop_ids"])
         constraint = Constraint(self.model.tokenizer, req.grammar) if req.grammar else None
-        engine_req = Request(next(self._ids), tuple(req.prompt), req.max_tokens, req.sampling,
-                             frozenset(req.stop_ids), req.session, constraint=constraint, logprobs=req.logprobs)
+        engine_req = Request(next(self._ids), session=req.session, constraint=constraint, **fields)
         stream = LocalStream(self, engine_req)
         with self._lock:
             if self.state != "loaded":
@@ -132,7 +133,7 @@ class _Runner:
             self._fail(pending, active, Unavailable(f"model {self.name} is shutting down"))
         except Exception as exc:  # the engine broke: fail every request, report the model failed
             with self._lock:
-                self.state = "failed"
+                self.state, self.reason = "failed", f"engine of {self.name} failed: {exc}"
             self._fail(pending, active, GenerationFailed(f"engine of {self.name} failed: {exc}"))
 
     def _take_commands(self, engine, pending, active):
@@ -244,7 +245,7 @@ class LocalBackend:
 
     def models(self):
         return [ModelInfo(r.name, r.state, 1, r.served.n_ctx, self.created,
-                          {"max_concurrent": r.max_concurrent, "max_queue": r.max_queue})
+                          {"max_concurrent": r.max_concurrent, "max_queue": r.max_queue, "reason": r.reason})
                 for r in self._runners.values()]
 
     def served(self, name):
@@ -252,21 +253,12 @@ class LocalBackend:
 
     def generate(self, request):
         runner = self._runner(request.model)
-        n, n_ctx = len(request.prompt), runner.served.n_ctx
-        if n == 0 or request.max_tokens < 1:
-            raise EngineError(f"a generation needs a prompt token and max_tokens >= 1, "
-                              f"got {n} tokens and max_tokens={request.max_tokens}")
-        if n + 1 > n_ctx:
-            raise ContextOverBudget(f"prompt of {n} tokens leaves no room to generate in a context of {n_ctx}",
-                                    n, n_ctx)
-        request.sampling.validate(runner.model.config.n_vocab)
+        core.admit(runner.served, request)
         return runner.submit(request)
 
     def health(self):
-        body = {name: {"state": r.state, "replicas": 1, "n_ctx": r.served.n_ctx,
-                       "running": r.stats["running"], "queued": r.stats["queued"]}
-                for name, r in self._runners.items()}
-        return any(r.state == "loaded" for r in self._runners.values()), {"models": body}
+        """The /health body every backend gives (pantheon.serve.core.health); no dies in this process."""
+        return core.health(self.models())
 
     def metrics(self):
         return self.recorder.render()
@@ -287,8 +279,3 @@ class LocalBackend:
         if name not in self._runners:
             raise UnknownModel(f"model {name!r} is not served; available: {', '.join(self._runners)}")
         return self._runners[name]
-
-
-def _think_ids(tokenizer):
-    ids = tuple(tokenizer.token_to_id.get(t) for t in ("<think>", "</think>"))
-    return ids if None not in ids else ()

@@ -6,8 +6,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
+from urllib.parse import urlsplit
 
-from pantheon.errors import UsageError
+from pantheon import demo
+from pantheon.errors import TemplateError, UsageError
 
 MAX_MODELS = 16            # the reference's MR_MAX_MODELS
 MAX_DIES_PER_MODEL = 8     # the reference's PN_MODEL_MAX_DIES
@@ -16,6 +18,8 @@ MAX_BATCH_SLOTS = 8        # the reference's BS_MAX_USERS
 MAX_HTTP_WORKERS = 64
 MAX_SESSIONS_LIMIT = 1024
 MAX_CPU_DIES = 1024
+MAX_NAME_BYTES = 64        # a served model id, as stored in the shared slot table
+MAX_PATH_BYTES = 1024      # a model path, as stored in the shared slot table
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -57,6 +61,11 @@ class ModelSpec:
     max_concurrent: int
     chat_template: Optional[str] = None  # Jinja source overriding the GGUF's (--chat-template[-file])
     config: str = ""       # config.json of an HF model given as a .safetensors file ('' otherwise)
+
+
+def context_size(ctx_cap, n_ctx_train):
+    """Tokens per sequence: the --ctx-cap (0 = DEFAULT_CTX_CAP), never beyond what the model was trained for."""
+    return min(ctx_cap or DEFAULT_CTX_CAP, n_ctx_train)
 
 
 @dataclass(frozen=True)
@@ -138,9 +147,12 @@ def parse_host(flag, text):
 
 
 def parse_id(flag, text):
-    """A served model id: 1-4096 printable ASCII characters, no spaces."""
+    """A served model id: 1-64 printable ASCII characters, no spaces."""
     if not _PRINTABLE.fullmatch(text):
         raise UsageError(f"{flag} {text!r}: a model id is printable ASCII without spaces, not empty")
+    if len(text) > MAX_NAME_BYTES:
+        raise UsageError(f"{flag} {text[:20]!r}...: a model id is at most {MAX_NAME_BYTES} characters, "
+                         f"got {len(text)}")
     return text
 
 
@@ -152,8 +164,6 @@ def parse_path(flag, text):
 
 def parse_url(flag, text):
     """An http:// URL with a host (the router's base URL; no path beyond '/')."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(text)
     if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
         raise UsageError(f"{flag} {text!r}: expected http://HOST:PORT (the router's address)")
@@ -165,6 +175,14 @@ def parse_address(flag, text):
     host, sep, port = text.rpartition(":")
     if not sep or not host or not _DIGITS.fullmatch(port) or not 0 < int(port) < 65536 or " " in host:
         raise UsageError(f"{flag} {text!r}: expected HOST:PORT")
+    return text
+
+
+def parse_model_path(flag, text):
+    """A model file path that fits the slot table: at most MAX_PATH_BYTES bytes of UTF-8."""
+    size = len(parse_path(flag, text).encode("utf-8", "surrogateescape"))
+    if size > MAX_PATH_BYTES:
+        raise UsageError(f"{flag} {text[:40]!r}...: a model path is at most {MAX_PATH_BYTES} bytes, got {size}")
     return text
 
 
@@ -199,7 +217,6 @@ def read_template_file(flag, path):
 
 
 def _compiled(where, source):
-    from pantheon.errors import TemplateError
     from pantheon.text.chat import ChatTemplate
 
     try:
@@ -282,9 +299,9 @@ class Flag:
 
 
 FLAGS = (
-    Flag("--model", "global", "PATH", parse_path, "bundled demo model",
+    Flag("--model", "global", "PATH", parse_model_path, "bundled demo model",
          f"GGUF file or HF model directory to serve; repeatable, each starts a new model slot (at most {MAX_MODELS})"),
-    Flag("--config", "model", "PATH", parse_path, "config.json beside the weights",
+    Flag("--config", "model", "PATH", parse_model_path, "config.json beside the weights",
          "HF config.json of a --model given as a .safetensors file (or index) elsewhere"),
     Flag("--name", "model", "ID", parse_id, "basename of PATH", "served model id (the request's `model` field)"),
     Flag("--dies", "model", "A[,B...]", parse_dies, "cpu0",
@@ -491,9 +508,23 @@ def _http_limits(opts):
 
 
 def _demo_path():
-    from pantheon.demo import demo_model_path
+    return str(demo.demo_model_path())
 
-    return str(demo_model_path())
+
+def parse_flag(name, text, label=None):
+    """One flag's value parsed as on the command line; errors name `label` (default: the flag)."""
+    return _BY_NAME[name].parse(label or name, text)
+
+
+def model_spec(values):
+    """The ModelSpec of parsed per-model values ({"--model": path, "--name": id, ...}), every default
+    resolved exactly as for a `--model` on the command line."""
+    return _model_spec(values, None)
+
+
+def batch_slots_of(spec, batch_slots):
+    """Sequences a model's engine decodes together: --batch-slots, never more than it runs at once."""
+    return min(batch_slots, spec.max_concurrent)
 
 
 def _model_spec(m, served_name, jinja=False):

@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import shared_path
 
+pytestmark = pytest.mark.usefixtures("compiled_kernels")  # the CLI runs under subprocess timeouts
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PANTHEON = [sys.executable, str(ROOT / "bin" / "pantheon")]
 

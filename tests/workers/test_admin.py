@@ -13,6 +13,8 @@ import pytest
 from tests.conftest import shared_path
 from tests.workers.serving import ROOT, Server
 
+pytestmark = pytest.mark.usefixtures("compiled_kernels")  # its servers run models under timeouts
+
 GIB = 1 << 30
 TOKEN = "admin-secret-1"
 KEY = "user-key-1"

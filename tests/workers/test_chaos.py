@@ -18,6 +18,8 @@ from ipc import owned_entries
 from tests.workers.chaos_kit import (Oracle, all_up, counting_model, dies, footprint, fronts, gone, replicated_server,
                                      stream, tree, wait_for, zombies)
 
+pytestmark = pytest.mark.usefixtures("compiled_kernels")  # its servers run models under timeouts
+
 SOAK_S = 100.0
 LONG_SOAK_S = 1800.0
 CLIENTS = 4

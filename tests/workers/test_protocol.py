@@ -1,100 +1,167 @@
-"""The job codec: every field of a Job and of its SamplingParams survives encode -> decode unchanged."""
+"""The wire codec: every field of a generation request survives the trip, and broken bodies are refused."""
 
 import dataclasses
+import math
+import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from ipc.errors import FrameError
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.logprobs import TokenLogprob
-from workers.protocol import Job, decode_job, decode_token, encode_job, encode_token
+from pantheon.errors import InvalidParameter
+from pantheon.serve.http.backend import Finished, GenerationRequest
+from workers import protocol
+from workers.protocol import ErrorCode, Job
 
-U16, U32, U64 = 2**16 - 1, 2**32 - 1, 2**64 - 1
-INT32_MAX = 2**31 - 1
+U32 = st.integers(0, 2**32 - 1)
+U64 = st.integers(0, 2**64 - 1)
+UNIT = st.floats(0.0, 1.0)
+REAL = st.floats(allow_nan=False, allow_infinity=False)
 
-
-def f32(low=None, high=None):
-    """Values the edge lets through: finite float32 numbers (the Sampling struct carries float32)."""
-    return st.floats(min_value=low, max_value=high, width=32, allow_nan=False, allow_infinity=False,
-                     allow_subnormal=False)
-
-
-PARAMS = {
-    "temperature": f32(0.0, 1e6),
-    "top_k": st.integers(0, INT32_MAX),
-    "top_p": f32(0.0, 1.0),
-    "min_p": f32(0.0, 1.0),
-    "repeat_penalty": f32(2.0**-100, 1e6),
-    "repeat_last_n": st.integers(-1, INT32_MAX),
-    "presence_penalty": f32(-1e6, 1e6),
-    "frequency_penalty": f32(-1e6, 1e6),
-    "logit_bias": st.dictionaries(st.integers(0, U32), f32(-1e6, 1e6) | st.just(float("-inf")), max_size=8),
-    "seed": st.none() | st.integers(0, U64),
+# One strategy per SamplingParams field: a field added to the dataclass without a strategy here (and
+# without a place in the codec) fails test_every_sampling_field_has_a_strategy.
+SAMPLING = {
+    "temperature": st.floats(0.0, 1e30),
+    "top_k": st.integers(0, 2**62),
+    "top_p": UNIT,
+    "min_p": UNIT,
+    "repeat_penalty": st.floats(1e-30, 1e30),
+    "repeat_last_n": st.integers(-1, 2**62),
+    "presence_penalty": REAL,
+    "frequency_penalty": REAL,
+    "logit_bias": st.dictionaries(U32, st.one_of(REAL, st.just(-math.inf)), max_size=20),
+    "seed": st.one_of(st.none(), U64),
 }
 
-JOB = {
-    "slot": st.integers(0, U16),
-    "front": st.integers(0, U16),
-    "prompt": st.lists(st.integers(0, U32), min_size=1, max_size=64).map(tuple),
-    "max_tokens": st.integers(0, U32),
-    "params": st.fixed_dictionaries(PARAMS).map(lambda kw: SamplingParams(**kw)),
-    "stop_ids": st.lists(st.integers(0, U32), max_size=8).map(tuple),
-    "session": st.integers(0, U64),
-    "reasoning_budget": st.integers(0, U32),
-    "think_ids": st.tuples(st.integers(0, U32), st.integers(0, U32)),
-    "grammar": st.text(max_size=200),
-    "grammar_replay": st.integers(0, U32),
-    "logprobs": st.integers(-1, 20),
-}
+# Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).
+REQUEST_TO_JOB = {"model": "slot", "prompt": "prompt", "max_tokens": "max_tokens", "sampling": "params",
+                  "stop_ids": "stop_ids", "session": "session", "reasoning_budget": "reasoning_budget",
+                  "grammar": "grammar", "logprobs": "logprobs"}
+
+jobs = st.builds(
+    Job,
+    slot=st.integers(0, 2**16 - 1),
+    prompt=st.lists(U32, min_size=1, max_size=300).map(tuple),
+    max_tokens=st.integers(1, 2**62),
+    params=st.fixed_dictionaries(SAMPLING).map(lambda kw: SamplingParams(**kw)),
+    stop_ids=st.lists(U32, max_size=10).map(tuple),
+    session=U64,
+    reasoning_budget=st.integers(0, 2**62),
+    think_ids=st.one_of(st.just(()), st.tuples(U32, U32)),
+    grammar=st.text(max_size=200),
+    grammar_replay=st.integers(0, 2**62),
+    logprobs=st.one_of(st.none(), st.integers(0, 20)),
+)
 
 
-def test_the_strategies_name_every_field():
-    """A field added to Job or SamplingParams without a strategy here would go untested."""
-    assert set(PARAMS) == {f.name for f in dataclasses.fields(SamplingParams)}
-    assert set(JOB) == {f.name for f in dataclasses.fields(Job)}
+def test_every_sampling_field_has_a_strategy():
+    assert set(SAMPLING) == {f.name for f in dataclasses.fields(SamplingParams)}
 
 
-def _job(kw):
-    if not kw["grammar"]:
-        kw = dict(kw, grammar_replay=0)  # a replay count only means something for a grammar
-    return Job(**kw)
+def test_every_request_field_has_a_place_in_the_job():
+    assert set(REQUEST_TO_JOB) == {f.name for f in dataclasses.fields(GenerationRequest)}
+    assert set(REQUEST_TO_JOB.values()) <= {f.name for f in dataclasses.fields(Job)}
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.fixed_dictionaries(JOB).map(_job))
+@settings(max_examples=300, deadline=None)
+@given(jobs)
 def test_job_round_trip_keeps_every_field(job):
-    back = decode_job(encode_job(job))
+    body = protocol.encode_job(job)
+    back = protocol.decode_job(body)
     assert back == job
-    assert dict(back.params.logit_bias) == dict(job.params.logit_bias)
+    assert protocol.read_route(body) == protocol.Route(job.slot, job.session)
 
 
-def test_repeat_last_n_crosses_the_ring():
-    job = Job(0, 0, (1, 2, 3), 16, SamplingParams(repeat_last_n=-1, repeat_penalty=1.3))
-    assert decode_job(encode_job(job)).params.repeat_last_n == -1
-
-
-def test_a_truncated_routing_record_is_a_frame_error():
-    body = encode_job(Job(0, 0, (1, 2, 3), 16, SamplingParams()))
+@settings(max_examples=50, deadline=None)
+@given(jobs, st.data())
+def test_a_truncated_or_padded_job_is_refused(job, data):
+    body = protocol.encode_job(job)
+    cut = data.draw(st.integers(0, len(body) - 1))
     with pytest.raises(FrameError):
-        decode_job(body[:-3])
+        protocol.decode_job(body[:cut])
+    with pytest.raises(FrameError):
+        protocol.decode_job(body + b"\0")
+
+
+def test_the_route_is_read_from_the_header_alone():
+    job = Job(513, (1, 2, 3), 9, SamplingParams(repeat_last_n=7), session=2**63 + 5)
+    head = protocol.encode_job(job)[:16]
+    assert protocol.read_route(head) == protocol.Route(513, 2**63 + 5)
+    with pytest.raises(FrameError):
+        protocol.read_route(head[:15])
+
+
+def test_repeat_last_n_survives_the_ring():
+    job = Job(0, (5,), 4, SamplingParams(repeat_penalty=1.3, repeat_last_n=3))
+    assert protocol.decode_job(protocol.encode_job(job)).params.repeat_last_n == 3
+
+
+def test_a_value_that_does_not_fit_the_wire_is_a_typed_error():
+    with pytest.raises(InvalidParameter):
+        protocol.encode_job(Job(0, (2**32,), 1, SamplingParams()))
+    with pytest.raises(InvalidParameter):
+        protocol.encode_job(Job(2**16, (1,), 1, SamplingParams()))
+
+
+def test_bad_sampling_values_on_the_wire_are_refused_by_the_parameter_checks():
+    body = bytearray(protocol.encode_job(Job(0, (1,), 1, SamplingParams(top_p=0.5))))
+    struct.pack_into("<d", body, 16 + 8 * 5 + 8, 2.0)  # top_p, after four int64, the seed and temperature
+    with pytest.raises(InvalidParameter, match="top_p"):
+        protocol.decode_job(bytes(body))
+
+
+@given(st.sampled_from(list(ErrorCode)), st.floats(0, 1e6), st.text(max_size=100))
+def test_error_body_round_trip(code, retry_after, detail):
+    err = protocol.decode_error(protocol.encode_error(code, detail, retry_after))
+    assert (err.code, err.retry_after, err.detail) == (code, retry_after, detail)
+
+
+def test_error_body_checks():
+    with pytest.raises(FrameError):
+        protocol.decode_error(protocol.encode_error(ErrorCode.OVERLOADED, "abc")[:-1])
+    with pytest.raises(FrameError, match="code 99"):
+        protocol.decode_error(struct.pack("<HxxdI", 99, 0.0, 0))
+    long = protocol.decode_error(protocol.encode_error(ErrorCode.BAD_REQUEST, "x" * 10_000))
+    assert len(long.detail) == protocol.MAX_DETAIL
+
+
+def test_done_accepted_and_slot_bodies():
+    assert protocol.decode_done(protocol.encode_done("length", 10, 4, 20)) == Finished("length", 10, 4, 20)
+    with pytest.raises(FrameError):
+        protocol.decode_done(b"\x07" + b"\0" * 15)
+    assert protocol.decode_accepted(protocol.encode_accepted(protocol.QUEUED)) == protocol.QUEUED
+    assert protocol.decode_slot(protocol.encode_slot(3, "failed: no")) == (3, "failed: no")
+    assert protocol.decode_slot(protocol.encode_slot(3)) == (3, "")
+    with pytest.raises(FrameError):
+        protocol.decode_slot(b"\x01")
+
+
+def test_kinds_have_distinct_values_that_fit_a_frame():
+    values = [int(k) for k in protocol.Kind]
+    assert len(set(values)) == len(values) and all(1 <= v <= 255 for v in values)
+
+
+def test_continuation_extends_the_prompt_by_what_was_sent():
+    job = Job(1, (1, 2), 10, SamplingParams())
+    again = protocol.continuation(job, [7, 8, 9])
+    assert (again.prompt, again.max_tokens, again.params, again.grammar_replay) == ((1, 2, 7, 8, 9), 7, job.params, 3)
 
 
 logprob = st.floats(max_value=0.0, allow_nan=False)  # -inf included: a token of probability 0
-SCORED = st.builds(TokenLogprob, st.integers(0, U32), logprob,
-                   st.lists(st.tuples(st.integers(0, U32), logprob), max_size=20).map(tuple))
+SCORED = st.builds(TokenLogprob, U32, logprob, st.lists(st.tuples(U32, logprob), max_size=20).map(tuple))
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.none() | SCORED)
 def test_token_round_trip_keeps_its_logprobs(scored):
     token = 7 if scored is None else scored.token
-    assert decode_token(encode_token(token, scored)) == (token, scored)
+    assert protocol.decode_token(protocol.encode_token(token, scored)) == (token, scored)
 
 
 def test_a_token_body_cut_short_is_a_frame_error():
-    body = encode_token(5, TokenLogprob(5, -0.5, ((5, -0.5), (9, -1.25))))
+    body = protocol.encode_token(5, TokenLogprob(5, -0.5, ((5, -0.5), (9, -1.25))))
     for cut in (3, 5, len(body) - 1):
         with pytest.raises(FrameError):
-            decode_token(body[:cut])
+            protocol.decode_token(body[:cut])

@@ -17,6 +17,8 @@ from tests.workers.serving import Server
 from tests.workers.chaos_kit import (Oracle, all_up, counting_model, dies, fronts, gone,
                                      replicated_server, stream, tree, wait_for)
 
+pytestmark = pytest.mark.usefixtures("compiled_kernels")  # its servers run models under timeouts
+
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):

@@ -13,6 +13,8 @@ from pantheon.engine.sampler import SamplingParams
 from tests.conftest import shared_path
 from tests.workers.serving import Server
 
+pytestmark = pytest.mark.usefixtures("compiled_kernels")  # its servers run models under timeouts
+
 openai = pytest.importorskip("openai")
 
 

@@ -10,6 +10,8 @@ from ipc import owned_entries
 from tests.conftest import shared_path
 from tests.workers.serving import Server
 
+pytestmark = pytest.mark.usefixtures("compiled_kernels")  # its servers run models under timeouts
+
 
 def alive(pid):
     try:

@@ -21,7 +21,7 @@ def test_a_model_on_a_gpu_die_loads_the_gpu_engine():
     """The suite runs with numba's CUDA simulator (tests/conftest.py), so a CUDA die has an engine; the
     missing-CUDA-stack refusal is tests/workers/test_cuda_die.py's."""
     gpu = Die("cuda0", "cuda", 0, uuid="GPU-0", device_name="Fake", memory_total=1 << 34)
-    worker, layout, _ = worker_for(gpu, str(shared_path("golden", "llama-q8_0.gguf")))
+    worker, layout, _notes = worker_for(gpu, str(shared_path("golden", "llama-q8_0.gguf")))
     assert int(layout.tables.dies[0]["loaded"]) == 1 and int(layout.tables.dies[0]["failed"]) == 0
     assert type(worker.engines[0].model).__module__.startswith("pantheon.engine.cuda")
 
@@ -33,8 +33,7 @@ def test_a_model_on_a_cpu_die_loads():
 
 
 def test_an_engine_step_that_raises_ends_its_requests_with_an_error_and_the_worker_serves_on():
-    """Not resubmitted (E_INTERNAL, not E_WORKER_DIED), and the die keeps serving the next request."""
-    from ipc.messages import decode_error
+    """Not resubmitted (INTERNAL, not WORKER_DIED), and the die keeps serving the next request."""
     from pantheon.engine.sampler import SamplingParams
     from pantheon.engine.scheduler import Request
 
@@ -49,8 +48,8 @@ def test_an_engine_step_that_raises_ends_its_requests_with_an_error_and_the_work
     worker._route(worker._step(engine))
     msg = front.receive(timeout=1)
     assert msg.kind == Kind.ERROR and msg.request_id == rid
-    err = decode_error(bytes(msg.payload))
-    assert err.code == protocol.E_INTERNAL and b"ZeroDivisionError" in err.detail
+    err = protocol.decode_error(bytes(msg.payload))
+    assert err.code == protocol.ErrorCode.INTERNAL and "ZeroDivisionError" in err.detail
     assert int(worker.rec["in_flight"]) == 0 and rid not in worker.owner
     engine.model.forward = forward
     engine.add(Request(rid + 1, (1, 2, 3), 2, SamplingParams(temperature=0.0)))

@@ -4,9 +4,9 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 from numba import prange
 
+from pantheon.engine.kernels.contract import QuantKernels
 from pantheon.engine.kernels.fp16 import fp16_table
 from pantheon.engine.kernels.jit import exact, inline, kernel
-from pantheon.engine.kernels.registry import QuantKernels
 
 # Lanes of the float32 accumulator: one 512-bit vector, or two 256-bit ones.
 LANES = 16

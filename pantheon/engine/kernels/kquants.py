@@ -5,8 +5,8 @@ from gguf import GGMLQuantizationType as T
 from pantheon.engine.kernels import kquants_q2q3 as q23
 from pantheon.engine.kernels import kquants_q4q5 as q45
 from pantheon.engine.kernels import kquants_q6 as q6
+from pantheon.engine.kernels.contract import QuantKernels
 from pantheon.engine.kernels.fp16 import fp16_table
-from pantheon.engine.kernels.registry import QuantKernels
 
 
 def gemv_q2_k(raw, x, out):

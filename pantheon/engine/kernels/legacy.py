@@ -12,9 +12,9 @@ from gguf import GGMLQuantizationType as T
 from numba import prange
 
 from pantheon.engine.kernels import floats
+from pantheon.engine.kernels.contract import QuantKernels
 from pantheon.engine.kernels.fp16 import fp16_table
 from pantheon.engine.kernels.jit import exact, inline, kernel
-from pantheon.engine.kernels.registry import QuantKernels
 
 # Block geometry lives in module constants or closure values, never in locals: numba passes a local
 # computed outside a prange to the outlined loop body as a run-time argument, and with run-time

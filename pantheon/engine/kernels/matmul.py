@@ -5,16 +5,12 @@ import numpy as np
 
 from pantheon.engine.kernels import q8dot, q8k
 from pantheon.engine.kernels.registry import kernels_for
+from pantheon.engine.sizes import TILE_BYTES
 
 # Above this many activation rows, dequantizing tiles and calling sgemm beats the raw-block kernel:
 # gemv costs grow with every vector (Q4_0 2048x5632: ~1.6 ms each on one core) while the tile path
 # pays one dequantization (~12 ms) and a cheap sgemm.
 GEMV_MAX_BATCH = 8
-# Float32 bytes dequantized per tile. Large on purpose: each switch between numba's thread pool
-# (dequant) and OpenBLAS's (sgemm) costs milliseconds on 2 shared vCPUs, so one tile per matrix
-# (2048x5632 is 46 MB) measured 1.3-1.9x faster than 256..1024-row tiles; the cap bounds the
-# scratch for vocabulary-sized matrices.
-TILE_BYTES = 64 << 20
 # Threads for the dequantization ahead of sgemm: running it on numba's pool while OpenBLAS's workers
 # still spin from the previous sgemm made it slower than one thread (measured at 2 threads).
 DEQUANT_THREADS = 1

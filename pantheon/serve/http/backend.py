@@ -131,7 +131,7 @@ class Backend(Protocol):
         """Start a generation; Overloaded / Unavailable / ContextOverBudget refuse it up front."""
 
     def health(self) -> tuple:
-        """(serving: bool, body: dict with per-model state)."""
+        """(serving: bool, /health body): pantheon.serve.core.health's shape for every backend."""
 
     def metrics(self) -> str:
         """Prometheus text exposition, aggregated over every process of the instance."""

@@ -32,7 +32,7 @@ class Health:
     def on_get(self, req, resp):
         serving, body = self.backend.health()
         resp.status = 200 if serving else 503
-        resp.media = {"status": "ok" if serving else "unavailable", **body}
+        resp.media = body
 
 
 class Metrics:

@@ -6,6 +6,8 @@ import json
 import pytest
 
 from pantheon.ctl import main as ctl
+from pantheon.serve.memory import MemInfo
+from pantheon.serve.settings import DEFAULT_MAX_SESSIONS, batch_slots_of, parse_serve_args
 from tests.pantheon.gguf.craft import VT, gguf_bytes, gstr, kv
 
 fit = pytest.importorskip("pantheon.serve.fit")
@@ -38,7 +40,7 @@ def run(*argv):
 
 
 def test_report_is_fits_own_verdict():
-    est = fit.estimate(demo(), dies=("cpu0",), ctx=2048, slots=2, shared_files=())
+    est = fit.estimate(demo(), dies=("cpu0",), ctx=2048, slots=2, shared_files=(), sessions=DEFAULT_MAX_SESSIONS)
     for available in availabilities(fit, est).values():
         reference = fit.verdict(est, available)
         report = ctl_fit.fit_report(demo(), ("cpu0",), 2048, 2, available=available)
@@ -47,6 +49,18 @@ def test_report_is_fits_own_verdict():
         assert report["estimate"] == est
         assert (report["available"], report["available_source"], report["vram_available"]) == (
             available, "--available", None)
+
+
+def test_report_is_the_servers_admission_of_the_same_flags():
+    """pantheon-ctl fit judges the load pantheon-serve would admit for the same --model flags."""
+    config = parse_serve_args(["--model", demo(), "--ctx-cap", "2048", "--batch-slots", "2"], environ={})
+    spec = config.models[0]
+    server = fit.admission(spec, batch_slots_of(spec, config.batch_slots), config.quantize,
+                           MemInfo(None, 3 << 30, "--available"), None, shared_files=())
+    report = ctl_fit.fit_report(demo(), ("cpu0",), 2048, 2, available=3 << 30)
+    assert (report["verdict"], report["numbers"], report["estimate"]) == (server.kind, dict(server.numbers),
+                                                                       server.estimate)
+    assert report["estimate"].sessions == DEFAULT_MAX_SESSIONS and report["estimate"].slots == 2
 
 
 def test_default_is_the_measured_available_ram():
@@ -63,7 +77,8 @@ def test_ctx_is_the_estimates_after_clamping():
 
 
 def test_cuda_dies_with_given_vram():
-    est = fit.estimate(demo(), dies=("cuda0", "cuda1"), ctx=4096, slots=4, shared_files=())
+    est = fit.estimate(demo(), dies=("cuda0", "cuda1"), ctx=4096, slots=4, shared_files=(),
+                       sessions=DEFAULT_MAX_SESSIONS)
     for vram in (1 << 40, 1 << 10):
         free = {"cuda0": vram, "cuda1": vram}
         reference = fit.verdict(est, 1 << 40, None, free)
@@ -74,7 +89,7 @@ def test_cuda_dies_with_given_vram():
 
 def test_cuda_dies_unmeasured_are_refused():
     """Free VRAM comes from NVML (pantheon.serve.dies); a die it cannot read makes the verdict REFUSED."""
-    measured = ctl_fit.measured_vram(("cuda0",))
+    measured = fit.free_vram(("cuda0",))
     report = ctl_fit.fit_report(demo(), ("cuda0",), 4096, 4, available=1 << 40)
     assert (sorted(report["vram_available"]), report["vram_source"]) == (sorted(measured), "nvml")
     if not measured:

@@ -284,12 +284,12 @@ def test_tinyllama_shaped_worked_example(tmp_path):
     assert est.headroom == int(0.1 * est.need) + HEADROOM_BYTES
 
 
-def test_mirrored_kernel_constants_agree():
+def test_the_estimate_uses_the_engines_own_constants():
     from pantheon.serve import fit as fit_module
     from pantheon.engine import quantize
     from pantheon.engine.kernels import matmul
     assert fit_module.TILE_BYTES == matmul.TILE_BYTES
-    assert fit_module.FLOAT_TYPES == quantize.FLOAT_TYPES and fit_module.BLOCK == quantize.BLOCK
+    assert fit_module.FLOAT_TYPES is quantize.FLOAT_TYPES and fit_module.Q8_0_BLOCK == quantize.BLOCK
 
 
 def test_the_supervisor_can_import_it_without_numba():

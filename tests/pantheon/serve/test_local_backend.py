@@ -104,8 +104,8 @@ def test_a_crashed_engine_fails_its_requests_and_reports_failed():
     try:
         with pytest.raises(GenerationFailed, match="device lost"):
             drain(backend.generate(request()))
-        assert backend.health() == (False, {"models": {"qwen2": {"state": "failed", "replicas": 1, "n_ctx": 128,
-                                                                  "running": 0, "queued": 0}}})
+        assert backend.health() == (False, {"status": "unavailable", "dies": {}, "models": {"qwen2": {
+            "state": "failed", "replicas": 1, "n_ctx": 128, "reason": "engine of qwen2 failed: device lost"}}})
         with pytest.raises(Unavailable):
             backend.generate(request())
     finally:
@@ -127,3 +127,15 @@ def test_a_stream_resumed_after_its_consumer_stopped_still_ends():
     reader.start()
     reader.join(5)
     assert rest == [Finished("length", 3, 0, 2)], "the Finished behind the last tokens was lost"
+
+
+def test_the_reasoning_budget_reaches_the_engine(backend):
+    """The engine request carries the request's reasoning budget and the model's think tags (the engine's
+    own tests show what it does with them: tests/pantheon/engine/test_scheduler.py)."""
+    import dataclasses
+
+    stream = backend.generate(dataclasses.replace(request(), reasoning_budget=3))
+    drain(stream)
+    assert stream.request.reasoning_budget == 3
+    assert stream.request.think_ids == backend.served("qwen2").think_ids
+    assert stream.request.params == GREEDY and stream.request.prompt == (1, 500, 600, 700)

@@ -341,3 +341,24 @@ def test_cuda_env_readers():
     assert settings.cuda_visible_devices({}) is None
     assert settings.cuda_visible_devices({"CUDA_VISIBLE_DEVICES": "1,0"}) == "1,0"
     assert settings.cuda_device_order({}) == "FASTEST_FIRST"
+
+
+def test_names_and_paths_longer_than_a_slot_record_are_refused_not_cut():
+    long_name = "n" * (settings.MAX_NAME_BYTES + 1)
+    with pytest.raises(UsageError, match="at most 64"):
+        parse("--model", "/m.gguf", "--name", long_name)
+    assert parse("--model", "/m.gguf", "--name", "n" * 64).models[0].name == "n" * 64
+    with pytest.raises(UsageError, match="--name"):
+        parse("--model", "/models/" + "f" * 70)  # the default name, from the file name, is checked too
+    with pytest.raises(UsageError, match="at most 1024 bytes"):
+        parse("--model", "/" + "é" * 512)  # 1025 bytes of UTF-8
+    assert parse("--model", "/" + "p" * 1023, "--name", "p").models[0].path == "/" + "p" * 1023
+
+
+def test_model_spec_resolves_parsed_values_like_the_command_line():
+    values = {"--model": "/m/x.gguf", "--ctx-cap": 0, "--max-sessions": 3}
+    assert settings.model_spec(values) == parse("--model", "/m/x.gguf", "--ctx-cap", "0",
+                                                "--max-sessions", "3").models[0]
+    assert settings.parse_flag("--ctx-cap", "12", label="ctx_cap") == 12
+    with pytest.raises(UsageError, match="^ctx_cap 99999999"):
+        settings.parse_flag("--ctx-cap", "99999999", label="ctx_cap")

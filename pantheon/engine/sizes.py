@@ -1,0 +1,9 @@
+"""Engine memory facts the load estimator needs; no numba here, so the supervisor may import it."""
+
+# Float32 bytes dequantized per prefill tile. Large on purpose: each switch between numba's thread pool
+# (dequant) and OpenBLAS's (sgemm) costs milliseconds on 2 shared vCPUs, so one tile per matrix
+# (2048x5632 is 46 MB) measured 1.3-1.9x faster than 256..1024-row tiles; the cap bounds the
+# scratch for vocabulary-sized matrices.
+TILE_BYTES = 64 << 20
+KV_ELEMENT_BYTES = 4       # the KV cache is float32 (pantheon.engine.kvcache)
+PREFILL_CHUNK = 256        # prompt tokens computed per engine step (EngineConfig.prefill_chunk)
