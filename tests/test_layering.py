@@ -25,11 +25,13 @@ INTERNAL = {
     "pantheon.engine": ("pantheon.engine", "pantheon.gguf", "pantheon.source", "pantheon.errors"),
     "pantheon.text": ("pantheon.text", "pantheon.gguf", "pantheon.hf", "pantheon.errors"),
     # serve runs in the supervisor and the fronts, which must not load numba: of the engine it may
-    # import only the two numba-free leaves (request parameters, memory facts for the estimate) ...
+    # import only the numba-free leaves (request parameters, memory facts for the CPU and GPU estimates) ...
     "pantheon.serve": ("pantheon.serve", "pantheon.gguf", "pantheon.hf", "pantheon.source", "pantheon.text",
                        "pantheon.errors", "pantheon.demo",
-                       "pantheon.engine.sampler", "pantheon.engine.sizes"),
-    "pantheon.ctl": ("pantheon.ctl", "pantheon.errors", "pantheon.serve.settings", "pantheon.serve.fit"),
+                       "pantheon.engine.sampler", "pantheon.engine.sizes", "pantheon.engine.cuda.sizing"),
+    # the admin client: settings, the fit estimate and host memory; GGUF headers (pull, catalog, gates)
+    "pantheon.ctl": ("pantheon.ctl", "pantheon.errors", "pantheon.gguf", "pantheon.hf", "pantheon.source",
+                     "pantheon.serve.settings", "pantheon.serve.fit", "pantheon.serve.memory"),
     "pantheon.demo": (),
     # the library facade and the one-process CLI join every layer for their users
     "pantheon": ("pantheon",),
@@ -47,10 +49,10 @@ THIRD_PARTY = {
     "pantheon.hf": ("numpy", "gguf", "safetensors"),
     "pantheon.source": (),
     "pantheon.convert": ("numpy", "torch", "safetensors"),
-    "pantheon.engine": ("numpy", "numba", "llvmlite", "gguf", "threadpoolctl"),
+    "pantheon.engine": ("numpy", "numba", "llvmlite", "gguf", "threadpoolctl", "cupy"),
     "pantheon.text": ("numpy", "jinja2", "tokenizers", "llguidance"),
     "pantheon.serve": ("numpy", "falcon", "psutil", "pynvml", "gguf"),
-    "pantheon.ctl": (),
+    "pantheon.ctl": ("huggingface_hub", "tqdm", "matplotlib"),
     "pantheon": (), "pantheon.cli": (), "pantheon.oneshot": (),
     "ipc": ("numpy", "posix_ipc"),
     "workers": ("numpy", "waitress"),
@@ -83,6 +85,22 @@ LAZY = {
     ("pantheon.convert", "pickle"): "only to name the error a refused checkpoint raises",
     ("pantheon.convert", "safetensors.torch"): "needs torch, the optional 'convert' extra",
     ("pantheon.serve.dies", "pynvml"): "NVML is optional: a host without the driver library still serves",
+    ("workers.worker", "pantheon.engine.cuda.loader"): "numba-cuda's kernels and CuPy load only in a CUDA "
+                                                       "die's own process, never in a CPU die's",
+    ("pantheon.engine.cuda.backend", "numba"): "numba.cuda is imported only when a CUDA die opens its device: "
+                                               "a missing CUDA stack is a typed UnsupportedDevice naming it",
+    ("pantheon.engine.cuda.backend", "cupy"): "as numba.cuda (CuPy is the optional 'gpu' extra)",
+    ("pantheon.engine.cuda.backend", "pantheon.engine.cuda.simfast"): "patches numba's CUDA simulator, only in "
+                                                                      "a process that runs it",
+    ("pantheon.engine.cuda.simfast", "numba.cuda.simulator"): "as pantheon.engine.cuda.simfast",
+    ("pantheon.ctl.hub", "huggingface_hub"): "the Hub client loads only for pull, not for every pantheon-ctl "
+                                             "command",
+    ("pantheon.ctl.hub", "huggingface_hub.utils"): "as huggingface_hub",
+    ("pantheon.ctl.hub", "huggingface_hub.file_download"): "as huggingface_hub",
+    ("pantheon.ctl.hub", "tqdm"): "as huggingface_hub (its progress bar)",
+    ("pantheon.ctl.bench", "matplotlib"): "the optional 'charts' extra: bench without --chart runs without it",
+    ("pantheon.ctl.bench", "matplotlib.pyplot"): "as matplotlib",
+    ("pantheon.ctl.verify", "pantheon.ctl.stress"): "stress imports verify's verdicts (a cycle otherwise)",
     ("workers.supervisor", "workers.front"): "runs in the forked front: waitress and the HTTP app never "
                                              "load in the supervisor",
     ("workers.supervisor", "pantheon.engine.kernels.compile_cache"): "runs in the forked die worker, before "

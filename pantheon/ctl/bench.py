@@ -9,8 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from pantheon import __version__
-from pantheon.ctl import api
+from pantheon.ctl import api, catalog
 from pantheon.ctl.output import table
+from pantheon.errors import PantheonError
+from pantheon.source import model_config
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau"
 
@@ -106,8 +108,6 @@ def write_chart(rows, path, title):
 
 def record(model, rows, client):
     """Append the measured rows to the catalog file of the model's family; returns what was done."""
-    from pantheon.ctl import catalog
-
     arch = _arch(client, model)
     families = catalog.load()
     family = next((f for f in families.values() if f.arch == arch), None)
@@ -121,9 +121,6 @@ def record(model, rows, client):
 
 def _arch(client, model):
     """The served model's architecture, read from its file (GGUF or HF directory) through /admin/models."""
-    from pantheon.errors import PantheonError
-    from pantheon.source import model_config
-
     models = client.get("/admin/models")
     path = next((m.get("path") for m in (models.body or {}).get("models", []) if m.get("name") == model), None) \
         if models.ok else None

@@ -22,7 +22,7 @@ def fit_report(path, dies, ctx, slots, available=None, vram=None, config=None):
     spec = model_spec({"--model": path, "--name": "fit", "--dies": tuple(dies), "--ctx-cap": ctx,
                        **({"--config": config} if config else {})})
     mem = fit.host_memory(available)
-    free, vram_source = _vram_free([d for d in spec.dies if d.startswith("cuda")], vram)
+    free, vram_source = vram_free([d for d in spec.dies if d.startswith("cuda")], vram)
     verdict = fit.admission(spec, batch_slots_of(spec, slots), False, mem, free)
     est = verdict.estimate
     return {"model": path, "dies": list(dies), "ctx": est.ctx if est else ctx, "slots": slots,
@@ -39,7 +39,8 @@ def _readable(path):
         raise UsageError(f"fit {path!r}: cannot read: {e.strerror or e}") from None
 
 
-def _vram_free(cuda_dies, vram):
+def vram_free(cuda_dies, vram):
+    """(die -> free bytes, where from) of the CUDA dies: `vram` on each when given, else NVML's reading."""
     if not cuda_dies:
         return None, None
     if vram is not None:

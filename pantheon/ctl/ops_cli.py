@@ -1,6 +1,11 @@
 """The operations commands of pantheon-ctl: pull (derive, gate, download), verify, bench."""
 
-from pantheon.serve.settings import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, int_in, parse_id
+import dataclasses
+
+from pantheon.ctl.bench import run_bench as bench
+from pantheon.ctl.pull import run_pull as pull
+from pantheon.ctl.verify import run_verify as verify
+from pantheon.serve.settings import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, int_in, parse_id, parse_path
 
 HF_ENDPOINT_ENV = "HF_ENDPOINT"
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
@@ -40,30 +45,20 @@ def ops_commands(Command, Flag, parse_size, dies, ctx, slots, available, vram):
 
 
 def _path(flag, text):
-    from pantheon.serve.settings import parse_path
-
     return parse_path(flag, text)
 
 
 def run_pull(inv, client, out, err):
-    import dataclasses
-
-    from pantheon.ctl.pull import run_pull as pull
-
     inv = dataclasses.replace(inv, dies=inv.dies or DEFAULT_DIES, ctx=inv.ctx or DEFAULT_CTX_CAP,
                               slots=inv.slots or DEFAULT_BATCH_SLOTS)
     return pull(inv, client, out, err, inv.hf_endpoint)
 
 
 def run_verify(inv, client, out, err):
-    from pantheon.ctl.verify import run_verify as verify
-
     return verify(inv, out, err)
 
 
 def run_bench(inv, client, out, err):
-    from pantheon.ctl.bench import run_bench as bench
-
     return bench(inv, out, err, streams=inv.streams or DEFAULT_STREAMS,
                  prompt_tokens=inv.prompt_tokens or DEFAULT_PROMPT_TOKENS, gen_tokens=inv.gen_tokens or DEFAULT_GEN_TOKENS)
 

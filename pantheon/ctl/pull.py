@@ -5,7 +5,8 @@ import shutil
 import sys
 
 from pantheon.ctl import gate, hub
-from pantheon.ctl.output import human_bytes, to_json
+from pantheon.ctl.fit import vram_free
+from pantheon.ctl.output import human_bytes, model_line, to_json
 from pantheon.serve import fit
 
 EXIT_OK, EXIT_TIGHT, EXIT_STOPPED, EXIT_FAILED = 0, 1, 3, 4
@@ -13,32 +14,13 @@ RECOMMEND_EXIT = {fit.FITS: EXIT_OK, fit.FITS_TIGHT: EXIT_TIGHT, fit.DOES_NOT_FI
                   fit.REFUSED: EXIT_STOPPED}
 
 
-def host_memory(available):
-    """(available bytes, total bytes or None, where from)."""
-    if available is not None:
-        return available, None, "--available"
-    from pantheon.serve.memory import available_ram
-
-    mem = available_ram()
-    return mem.available, mem.total, mem.source
-
-
-def vram_free(dies, vram):
-    cuda = [d for d in dies if d.startswith("cuda")]
-    if not cuda or vram is not None:
-        return {d: vram for d in cuda} if cuda else {}
-    from pantheon.ctl.fit import measured_vram
-
-    return measured_vram(cuda)
-
-
 def evaluate(inv, endpoint):
     """Derive and gate, no weight byte fetched: a gate.GateResult."""
     source = hub.parse_source(inv.target, endpoint)
     spec = gate.derive(source, endpoint)
-    available, total, _ = host_memory(inv.available)
-    return gate.run_gates(spec, inv.dies, inv.ctx, inv.slots, inv.models_dir, (available, total),
-                          vram_free(inv.dies, inv.vram))
+    mem = fit.host_memory(inv.available)
+    free, _ = vram_free([d for d in inv.dies if d.startswith("cuda")], inv.vram)
+    return gate.run_gates(spec, inv.dies, inv.ctx, inv.slots, inv.models_dir, (mem.available, mem.total), free or {})
 
 
 def report_text(result):
@@ -152,8 +134,6 @@ def _fetch(result, out, err):
 
 
 def _load(inv, client, path, out):
-    from pantheon.ctl.output import model_line
-
     payload = client.load(os.path.abspath(path), name=inv.name, dies=inv.dies, ctx_cap=inv.ctx,
                           batch_slots=inv.slots, timeout=300, wait=max(inv.http_timeout, 310))
     out.write(model_line("loaded", payload.get("model", {})))

@@ -3,12 +3,14 @@ or SKIP (with the reason) and its figures; the smoke (3 checks) takes seconds, -
 functional checks, --stress 2 long-context ones."""
 
 import json
+import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from pantheon.ctl import api
+from pantheon.ctl import api, hub
+from pantheon.errors import GGUFError
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 PROMPT = "Write one sentence about the sea."
@@ -292,12 +294,7 @@ def chat_template(t):
 
 
 def _template_from_file(path):
-    from pantheon.ctl import hub
-    from pantheon.errors import GGUFError
-
     try:
-        import os
-
         layout, _ = hub.read_gguf_header(hub.file_reader(path), os.path.getsize(path), path)
     except (OSError, GGUFError):
         return None

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+from pantheon.engine.cuda.sizing import gpu_vram
 from pantheon.engine.sizes import KV_ELEMENT_BYTES, PREFILL_CHUNK, TILE_BYTES
 from pantheon.errors import GGUFError, MissingTensor, UsageError
 from pantheon.gguf.ggml import FLOAT_TYPES, Q8_0_BLOCK, Q8_0_BLOCK_BYTES, float_size
@@ -132,8 +133,6 @@ def _vram(tensors, cfg, n_ctx, slots, sessions, cuda):
     """Bytes on each CUDA die: several CUDA dies of one --model split its layers, so each holds a share."""
     if not cuda:
         return {}
-    from pantheon.engine.cuda.sizing import gpu_vram
-
     per_die = gpu_vram(tensors, cfg, n_ctx, slots, sessions, len(cuda))
     return {n: per_die for n in cuda}
 

@@ -1,6 +1,10 @@
 """Open a model for a CUDA die worker: the die's own device, or every device of its layer-split group."""
 
+from pantheon.engine.cuda.backend import open_backend
+from pantheon.engine.cuda.model import GpuModel
 from pantheon.engine.cuda.sizing import kv_slots
+from pantheon.engine.model_weights import bind_weights
+from pantheon.source import open_files
 
 
 def group_ordinals(die_name, ordinal, split):
@@ -17,11 +21,6 @@ def open_for_die(path, hf_config, die_name, ordinal, split, n_ctx_of, batch, ses
     `path` is what the CPU engine opens (GGUF, or safetensors with `hf_config`).
 
     Layers are shared out in proportion to each device's free memory before the upload (VRAM headroom)."""
-    from pantheon.engine.cuda.backend import open_backend
-    from pantheon.engine.cuda.model import GpuModel
-    from pantheon.engine.model_weights import bind_weights
-    from pantheon.source import open_files
-
     backends = [open_backend(o) for o in group_ordinals(die_name, ordinal, split)]
     free = [b.memory() for b in backends]
     shares = None if any(f is None for f in free) else [f[0] for f in free]

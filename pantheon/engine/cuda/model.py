@@ -12,7 +12,7 @@ from pantheon.engine.cuda.kvpool import DeviceCache, SlotPool, pool_bytes
 from pantheon.engine.cuda.stage import upload_stage
 from pantheon.engine.cuda.upload import Uploader
 from pantheon.engine.model_weights import bind_weights
-from pantheon.source import open_files
+from pantheon.source import open_files, text_side
 
 
 def split_layers(n_layer, shares):
@@ -61,8 +61,6 @@ class GpuModel:
 
     def _text_side(self):
         if self._text is None:
-            from pantheon.source import text_side
-
             self._text = text_side(self.gguf)
         return self._text
 

@@ -12,6 +12,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from pantheon.engine.cuda.qtypes import DEVICE_TYPES, F16
+from pantheon.engine.kernels.matmul import dequantize_rows
 
 CONVERT_ROWS = 4096  # rows dequantized per host chunk when converting (bounds the float32 scratch)
 
@@ -54,8 +55,6 @@ def _as_f16_rows(w):
     """F16 bytes [rows, cols*2] of Weight w, dequantized on the host in chunks of rows."""
     if w.qtype == GGMLQuantizationType.F32:
         return np.asarray(w.raw).view(np.float32).astype(np.float16).view(np.uint8)  # [rows, cols*2]
-    from pantheon.engine.kernels.matmul import dequantize_rows
-
     out = np.empty((w.rows, w.cols), np.float16)  # [rows, cols]
     for r0 in range(0, w.rows, CONVERT_ROWS):
         r1 = min(w.rows, r0 + CONVERT_ROWS)
