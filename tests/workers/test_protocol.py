@@ -4,6 +4,7 @@ import dataclasses
 import math
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -17,18 +18,23 @@ from workers.protocol import ErrorCode, Job
 
 U32 = st.integers(0, 2**32 - 1)
 U64 = st.integers(0, 2**64 - 1)
+INT32 = 2**31 - 1
+F32 = np.finfo(np.float32)
 UNIT = st.floats(0.0, 1.0)
-REAL = st.floats(allow_nan=False, allow_infinity=False)
+# Every value SamplingParams accepts (finite, inside float32's range; a divisor is 0 or normal); the
+# codec carries float64, so values between float32's steps must arrive exactly too.
+REAL = st.floats(-float(F32.max), float(F32.max))
+DIVISOR = st.floats(float(F32.tiny), float(F32.max))
 
 # One strategy per SamplingParams field: a field added to the dataclass without a strategy here (and
 # without a place in the codec) fails test_every_sampling_field_has_a_strategy.
 SAMPLING = {
-    "temperature": st.floats(0.0, 1e30),
-    "top_k": st.integers(0, 2**62),
+    "temperature": st.one_of(st.just(0.0), DIVISOR),
+    "top_k": st.integers(0, INT32),
     "top_p": UNIT,
     "min_p": UNIT,
-    "repeat_penalty": st.floats(1e-30, 1e30),
-    "repeat_last_n": st.integers(-1, 2**62),
+    "repeat_penalty": DIVISOR,
+    "repeat_last_n": st.integers(-1, INT32),
     "presence_penalty": REAL,
     "frequency_penalty": REAL,
     "logit_bias": st.dictionaries(U32, st.one_of(REAL, st.just(-math.inf)), max_size=20),

@@ -2,8 +2,8 @@
 
 from pantheon.serve.dies import Die
 from tests.conftest import shared_path
-from ipc import Kind
 from workers import protocol
+from workers.protocol import Kind
 from workers.layout import Layout
 from workers.tables import SLOT_LOADING
 from workers.worker import DieWorker
