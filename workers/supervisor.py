@@ -17,6 +17,7 @@ from workers.admin_desk import AdminDesk
 from workers.admission import Admission
 from workers.commands import FailDie, FailFront, SlotEmptied, ToDie
 from workers.dispatcher import Dispatcher
+from workers.front import front_main  # preloaded: a forked front serves at once, its pages shared
 from workers.layout import Layout
 from workers.lifecycle import adopt_parent_death, reset_signals
 from workers.pressure import PressureWatch
@@ -137,7 +138,7 @@ class Supervisor:
             os._exit(code or 0)
 
     def _spawn_front(self, f):
-        self.fronts[self._fork(_front_role, self.layout, f, self.sock, self.config)] = f
+        self.fronts[self._fork(front_main, self.layout, f, self.sock, self.config)] = f
 
     def spawn_worker(self, d):
         rec = self.layout.tables.dies[d]
@@ -256,7 +257,6 @@ class Supervisor:
             rec = tables.dies[d]
             if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
                 rec["state"] = DIE_UP
-
         for name, state in self.book.refresh(tables, self.dispatcher.status_notes):
             if state == SLOT_LOADED:  # a worker announces a model only once its kernels are compiled
                 log(f"model {name} loaded")
@@ -328,13 +328,6 @@ class Supervisor:
         self.desk.tick()
 
 
-
-
-def _front_role(*args):
-    """In the forked front: waitress and the HTTP app load here, never in the supervisor."""
-    from workers.front import front_main
-
-    return front_main(*args)
 
 
 def _worker_role(layout, d, die, slots, ops):
