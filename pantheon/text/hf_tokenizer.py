@@ -4,8 +4,9 @@ import functools
 import json
 import os
 
-from pantheon.errors import EngineError, GGUFError
+from pantheon.errors import GGUFError
 from pantheon.text.bpe import byte_decode
+from pantheon.text.vocab import VocabDecoding
 
 MAX_TOKENIZER_BYTES = 256 << 20
 
@@ -53,7 +54,7 @@ def _decoder_steps(decoder):
     return []
 
 
-class HFTokenizer:
+class HFTokenizer(VocabDecoding):
     """Same surface as pantheon.text.tokenizer.Tokenizer: encode, token_bytes, decode, special ids."""
 
     def __init__(self, path):
@@ -108,24 +109,12 @@ class HFTokenizer:
         longest = max(1, max(map(len, self.tokens), default=1))
         return longest if self._tok.normalizer is None else 4 * longest
 
-    def token_text(self, tid):
-        """The token's vocabulary spelling."""
-        return self.tokens[self._check(tid)]
-
-    def is_special(self, tid):
-        """Special added tokens: rendered only when decoding with special=True."""
-        return self._check(tid) in self._control
-
-    def token_bytes(self, tid, special=False):
-        """The bytes token `tid` stands for, as the tokenizer.json decoder spells one token (no stripping)."""
-        if self._check(tid) in self._control and not special:
-            return b""
-        piece = self._pieces[tid]
-        if piece is None:
-            piece = self._pieces[tid] = self._piece(tid)
-        return piece
+    def _special(self, tid):
+        """Special added tokens."""
+        return tid in self._control
 
     def _piece(self, tid):
+        """As the tokenizer.json decoder spells one token."""
         text = self.tokens[tid]
         if tid in self._added:
             return text.encode("utf-8", "surrogatepass")
@@ -138,13 +127,3 @@ class HFTokenizer:
             if step[0] == "replace":
                 text = text.replace(step[1], step[2])
         return text.encode("utf-8", "surrogatepass")
-
-    def decode(self, ids, special=False):
-        """Text of `ids` (invalid UTF-8 becomes U+FFFD); special=True renders special tokens."""
-        raw = b"".join(self.token_bytes(int(t), special) for t in ids)
-        return raw.decode("utf-8", "replace")
-
-    def _check(self, tid):
-        if not 0 <= tid < self.n_vocab:
-            raise EngineError(f"token id {tid} is outside the vocabulary (n_vocab={self.n_vocab})")
-        return tid

@@ -4,7 +4,7 @@ import functools
 
 import numpy as np
 
-from pantheon.errors import EngineError, GGUFError, MissingKey
+from pantheon.errors import GGUFError, MissingKey
 from pantheon.gguf.file import open_gguf
 from pantheon.text.pretokenizers import pre_tokenizer
 from pantheon.text.bpe import BpeEncoder, byte_decode, parse_merges
@@ -14,6 +14,7 @@ from pantheon.text.rwkv import RwkvEncoder, unescape_token, world_vocab_metadata
 from pantheon.text.spm import SPACE_ESCAPE, SpmEncoder, escape_whitespace
 from pantheon.text.sessions import HybridDnaEncoder, WhitespaceEncoder, strip_kmer_markers
 from pantheon.text.ugm import CharsMap, UgmEncoder
+from pantheon.text.vocab import VocabDecoding
 from pantheon.text.wpm import WpmEncoder
 from pantheon.text import specials as sp
 
@@ -66,7 +67,7 @@ def _flag(meta, key, default):
     return default if value is None else bool(value)
 
 
-class Tokenizer:
+class Tokenizer(VocabDecoding):
     """Encode text to token ids and back; see pantheon.text.detokenize for streaming output."""
 
     def __init__(self, meta):
@@ -240,22 +241,9 @@ class Tokenizer:
 
     # ---- decoding -------------------------------------------------------------------------------
 
-    def token_text(self, tid):
-        """The token's vocabulary spelling (e.g. '\u2581Hello', '\u0120world', '<|im_end|>')."""
-        return self.tokens[self._check(tid)]
-
-    def is_special(self, tid):
-        """Control or unknown tokens: rendered only when decoding with special=True."""
-        return bool(self.attrs[self._check(tid)] & (sp.CONTROL | sp.UNKNOWN))
-
-    def token_bytes(self, tid, special=False):
-        """The bytes token `tid` stands for (llama.cpp's token_to_piece, no space stripping)."""
-        if not special and self.attrs[self._check(tid)] & (sp.CONTROL | sp.UNKNOWN):
-            return b""
-        piece = self._pieces[tid]
-        if piece is None:
-            piece = self._pieces[tid] = self._piece(tid)
-        return piece
+    def _special(self, tid):
+        """Control or unknown tokens."""
+        return bool(self.attrs[tid] & (sp.CONTROL | sp.UNKNOWN))
 
     def _piece(self, tid):
         attr, text = int(self.attrs[tid]), self.tokens[tid]
@@ -276,16 +264,6 @@ class Tokenizer:
         if attr & sp.BYTE:
             return bytes([int(text[3:5], 16)])
         return b""
-
-    def decode(self, ids, special=False):
-        """Text of `ids` (invalid UTF-8 becomes U+FFFD); special=True renders control tokens."""
-        raw = b"".join(self.token_bytes(int(t), special) for t in ids)
-        return raw.decode("utf-8", "replace")
-
-    def _check(self, tid):
-        if not 0 <= tid < self.n_vocab:
-            raise EngineError(f"token id {tid} is outside the vocabulary (n_vocab={self.n_vocab})")
-        return tid
 
 
 def open_tokenizer(path):
