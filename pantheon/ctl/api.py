@@ -4,11 +4,10 @@ import http.client
 import json
 import socket
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Optional
 
-from pantheon import __version__
+from pantheon.ctl.endpoint import Endpoint, decode
 
 
 @dataclass
@@ -51,10 +50,7 @@ class Api:
     """Talks to the OpenAI routes of one server; `key` is sent as a bearer token."""
 
     def __init__(self, url, key=None, timeout=300.0):
-        parts = urllib.parse.urlsplit(url)
-        self.url, self.key, self.timeout = url, key, timeout
-        self._cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        self._host, self._port, self._prefix = parts.hostname, parts.port, parts.path.rstrip("/")
+        self.url, self.timeout, self.endpoint = url, timeout, Endpoint(url, key)
 
     def get(self, route):
         return self.call("GET", route)
@@ -63,12 +59,12 @@ class Api:
         return self.call("POST", route, body, headers)
 
     def call(self, method, route, body=None, headers=None):
-        start, conn = time.monotonic(), self._cls(self._host, self._port, timeout=self.timeout)
+        start, conn = time.monotonic(), self.endpoint.connection(self.timeout)
         try:
-            conn.request(method, self._prefix + route, **self._encode(body, headers))
+            conn.request(method, self.endpoint.prefix + route, **self.endpoint.encode(body, headers))
             reply = conn.getresponse()
             raw = reply.read()
-            return Reply(reply.status, _decode(raw), time.monotonic() - start)
+            return Reply(reply.status, decode(raw), time.monotonic() - start)
         except (OSError, http.client.HTTPException, socket.timeout) as e:
             return Reply(0, f"{type(e).__name__}: {e}", time.monotonic() - start)
         finally:
@@ -76,27 +72,17 @@ class Api:
 
     def stream(self, route, body, headers=None):
         """POST with stream=true; reads every event to [DONE]."""
-        start, conn = time.monotonic(), self._cls(self._host, self._port, timeout=self.timeout)
+        start, conn = time.monotonic(), self.endpoint.connection(self.timeout)
         try:
-            conn.request("POST", self._prefix + route, **self._encode(dict(body, stream=True), headers))
+            conn.request("POST", self.endpoint.prefix + route, **self.endpoint.encode(dict(body, stream=True), headers))
             reply = conn.getresponse()
             if reply.status != 200:
-                return Stream(reply.status, error=Reply(reply.status, _decode(reply.read()), 0).error())
+                return Stream(reply.status, error=Reply(reply.status, decode(reply.read()), 0).error())
             return _read_events(reply, Stream(200), start)
         except (OSError, http.client.HTTPException, socket.timeout) as e:
             return Stream(0, error=f"{type(e).__name__}: {e}")
         finally:
             conn.close()
-
-    def _encode(self, body, headers):
-        h = {"Accept": "application/json", "User-Agent": f"pantheon-ctl/{__version__}", **(headers or {})}
-        if self.key:
-            h["Authorization"] = f"Bearer {self.key}"
-        if body is None:
-            return {"headers": h}
-        h["Content-Type"] = "application/json"
-        return {"headers": h, "body": json.dumps(body).encode()}
-
 
 def _read_events(reply, s, start):
     for line in reply:
@@ -126,14 +112,6 @@ def _event(s, event, now):
             s.chunks += 1
             s.first = now if s.first is None else s.first
         s.finish_reason = choice.get("finish_reason") or s.finish_reason
-
-
-def _decode(raw):
-    text = raw.decode("utf-8", "replace")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def chat(model, content, max_tokens=32, **extra):

@@ -3,9 +3,8 @@
 import http.client
 import json
 import socket
-import urllib.parse
 
-from pantheon import __version__
+from pantheon.ctl.endpoint import Endpoint, decode
 from pantheon.errors import PantheonError
 
 DEFAULT_HTTP_TIMEOUT = 30.0
@@ -43,11 +42,7 @@ class AdminClient:
     """Talks to one pantheon-serve at `url` (http:// or https://, optionally with a path prefix)."""
 
     def __init__(self, url, token=None, timeout=DEFAULT_HTTP_TIMEOUT):
-        parts = urllib.parse.urlsplit(url)
-        self.url, self.token, self.timeout = url, token, timeout
-        self._https = parts.scheme == "https"
-        self._host, self._port = parts.hostname, parts.port
-        self._prefix = parts.path.rstrip("/")
+        self.url, self.timeout, self.endpoint = url, timeout, Endpoint(url, token)
 
     def models(self):
         return self._json("GET", "/admin/models")
@@ -82,43 +77,21 @@ class AdminClient:
     def request(self, method, route, payload=None, wait=None):
         """(status, decoded JSON or the raw text when it is not JSON); raises Unavailable on transport failure."""
         wait = self.timeout if wait is None else wait
-        conn = self._connection(wait)
+        conn = self.endpoint.connection(wait)
         try:
-            conn.request(method, self._prefix + route, **self._encode(payload))
+            conn.request(method, self.endpoint.prefix + route, **self.endpoint.encode(payload))
             reply = conn.getresponse()
-            return reply.status, _decode(reply.read())
+            return reply.status, decode(reply.read())
         except (TimeoutError, socket.timeout):
             raise Unavailable(f"{self.url}: no answer within {wait:g} s") from None
         except ConnectionRefusedError:
             raise Unavailable(f"{self.url}: connection refused (is pantheon-serve running?)") from None
         except socket.gaierror as e:
-            raise Unavailable(f"{self.url}: cannot resolve {self._host}: {e.strerror}") from None
+            raise Unavailable(f"{self.url}: cannot resolve {self.endpoint.host}: {e.strerror}") from None
         except (http.client.HTTPException, OSError) as e:
             raise Unavailable(f"{self.url}: {type(e).__name__}: {e}") from None
         finally:
             conn.close()
-
-    def _connection(self, wait):
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return cls(self._host, self._port, timeout=wait)
-
-    def _encode(self, payload):
-        headers = {"Accept": "application/json", "User-Agent": f"pantheon-ctl/{__version__}"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        if payload is None:
-            return {"headers": headers}
-        headers["Content-Type"] = "application/json"
-        return {"headers": headers, "body": json.dumps(payload).encode()}
-
-
-def _decode(raw):
-    text = raw.decode("utf-8", "replace")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
 
 def _object(body, route):
     if not isinstance(body, dict):
