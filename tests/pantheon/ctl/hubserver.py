@@ -5,8 +5,9 @@ import hashlib
 import http.server
 import json
 import re
-import threading
 from dataclasses import dataclass, field
+
+from tests.pantheon.ctl.local_server import LocalServer
 
 _API = re.compile(r"^/api/models/([^/]+/[^/]+)(?:/revision/([^/?]+))?")
 _RESOLVE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
@@ -111,20 +112,9 @@ def _sha1(data):
     return hashlib.sha1(data).hexdigest()
 
 
-class HubServer:
+class HubServer(LocalServer):
     """Serve `hub` on 127.0.0.1; `endpoint` for HF_ENDPOINT; use as a context manager."""
 
     def __init__(self, hub):
-        handler = type("Handler", (_Handler,), {"hub": hub})
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        super().__init__(type("Handler", (_Handler,), {"hub": hub}))
+        self.endpoint = self.url

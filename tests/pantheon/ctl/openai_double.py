@@ -8,6 +8,8 @@ import re
 import threading
 import time
 
+from tests.pantheon.ctl.local_server import LocalServer
+
 TEXT = "The sea is wide and the waves roll in from far away under a grey sky."
 ANSWER = '{"city": "Paris", "population": 2100000}'
 N_CTX = 512
@@ -29,20 +31,16 @@ FAULTS = {
 }
 
 
-class Double:
+class Double(LocalServer):
+    """Started at once; `close()` stops it."""
+
     def __init__(self, fault=None):
         assert fault is None or fault in FAULTS, fault
         self.fault = fault
         self.sessions = {}           # session id -> words of its last prompt and reply (its KV)
         self.lock, self.active = threading.Lock(), {}     # request -> it overlapped another
-        handler = type("Handler", (_Handler,), {"double": self})
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(type("Handler", (_Handler,), {"double": self}))
+        self.start()
 
     def enter(self):
         """Whether another request was being served at any time during this one; under 'racy' each

@@ -3,8 +3,9 @@
 import copy
 import http.server
 import json
-import threading
 import time
+
+from tests.pantheon.ctl.local_server import LocalServer
 
 MODELS = {"models": [
     {"slot": 1, "name": "small", "path": "/models/small.gguf", "dies": ["cpu1"], "state": "loading",
@@ -32,7 +33,7 @@ def error(status, message, code, type_="invalid_request_error", param=None, **ex
     return status, {"error": {"message": message, "type": type_, "code": code, "param": param, **extra}}
 
 
-class StubServer:
+class StubServer(LocalServer):
     """http.server on 127.0.0.1:0 in a thread; `routes[(method, path)] = (status, body[, delay_s])`.
 
     A body that is a str is sent as text/html; every request is recorded in `requests`.
@@ -43,18 +44,7 @@ class StubServer:
                        ("GET", "/admin/dies"): (200, copy.deepcopy(DIES)),
                        ("GET", "/health"): (200, copy.deepcopy(HEALTH))}
         self.requests = []
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(_handler(self), poll_s=0.02)
 
     def answer(self, method, path):
         status, body, *delay = self.routes.get((method, path), error(404, f"no route {path}", "not_found"))
