@@ -47,6 +47,33 @@ class Launched:
     def log(self):
         return "".join(self.lines)
 
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        return http_request(self.url, method, path, body, headers, timeout)
+
+    def stop(self, timeout=30):
+        """SIGTERM and wait; SIGKILL the whole session after `timeout`. The exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._reader.join(10)
+        return self.proc.returncode
+
+
+def http_request(base, method, path, body=None, headers=None, timeout=60):
+    """(status, body bytes, headers) of one request; a JSON body unless `body` is bytes."""
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+
 
 class Server(Launched):
     """A pantheon-serve process; `url` once it listens and its models have settled (a model settles only
@@ -68,20 +95,10 @@ class Server(Launched):
             time.sleep(0.1)
         raise RuntimeError("pantheon-serve never became healthy:\n" + "".join(self.lines))
 
-    def request(self, method, path, body=None, headers=None, timeout=60):
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, r.read(), dict(r.headers)
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), dict(e.headers)
-
     def get(self, path):
         try:
             status, body, _ = self.request("GET", path, timeout=5)
-        except (urllib.error.URLError, ConnectionError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError):  # not answering yet
             return 0, b""
         return status, body
 
@@ -105,14 +122,3 @@ class Server(Launched):
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-
-    def stop(self, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self._reader.join(10)
-        return self.proc.returncode

@@ -4,12 +4,9 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -32,9 +29,6 @@ class Router(Launched):
     def __init__(self, args=(), port=0, env=None):
         super().__init__([sys.executable, str(ROOT / "bin" / "pantheon"), "router", "--port", str(port),
                           "--haproxy", require_haproxy(), *args], 30, env)
-
-    def request(self, method, path, body=None, headers=None, timeout=60):
-        return http_request(self.url, method, path, body, headers, timeout)
 
     def fleet(self, token=None):
         status, body, _ = self.request("GET", "/registry/fleet",
@@ -64,26 +58,6 @@ class Router(Launched):
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "haproxy"], capture_output=True, text=True)
         return int(out.stdout.split()[0])
 
-    def stop(self, timeout=15):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        return self.proc.returncode
-
-
-def http_request(base, method, path, body=None, headers=None, timeout=60):
-    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read(), dict(r.headers)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(), dict(e.headers)
 
 
 def instance(model_path, name, router_url, die, env=None, extra=()):
