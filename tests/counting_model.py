@@ -12,7 +12,7 @@ the chaos soak.
 import numpy as np
 from gguf import GGUFReader, GGUFWriter
 
-from tests.ggufcraft import copy_field
+from tests.ggufcraft import copy_field, write
 
 DIM = 64
 HEADS = 2
@@ -65,13 +65,7 @@ def build(path, tokenizer_source, seed=0):
     w.add_vocab_size(vocab)
     w.add_file_type(0)
     _copy_tokenizer(w, tokenizer_source)
-    for name, data in _tensors(vocab, np.random.default_rng(seed)).items():
-        w.add_tensor(name, data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write(w, _tensors(vocab, np.random.default_rng(seed)), path)
 
 
 def expected_ids(start, n):

@@ -31,15 +31,16 @@ def rewrite(src, dst, drop_keys=(), set_keys=None, drop_tensors=(), tensor_array
     for key, (value, vtype) in set_keys.items():
         w.add_key_value(key, value, vtype)
     arrays = dict(tensor_arrays or {})
-    for t in r.tensors:
-        if t.name in drop_tensors:
-            continue
-        data = arrays.pop(t.name, None)
-        w.add_tensor(t.name, np.array(t.data) if data is None else data)
-    for name, data in arrays.items():
-        w.add_tensor(name, data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
+    kept = {t.name: np.array(t.data) for t in r.tensors if t.name not in drop_tensors}
+    return write(w, {**kept, **arrays}, dst)
+
+
+def write(writer, tensors, path):
+    """Add `tensors` ({name: array}, in order) to `writer`, write the file and close it; returns `path`."""
+    for name, data in tensors.items():
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
