@@ -12,10 +12,11 @@ from pantheon.engine.moe import moe_ffn
 from pantheon.engine.ops import Rope, rms_norm, silu
 from pantheon.engine.quantize import quantize_weights
 from pantheon.engine.threads import ThreadBudget
-from pantheon.source import open_files, text_side
+from pantheon.engine.model_text import ModelText
+from pantheon.source import open_files
 
 
-class Model:
+class Model(ModelText):
     """Weights (zero-copy), config and tokenizer of one model; forward() advances several sequences.
 
     `gguf` is the opened file set: a GGUFFile, or an HFModel (pantheon.hf.directory)."""
@@ -24,23 +25,7 @@ class Model:
         self.gguf, self.config, self.weights = gguf, config, weights
         self.threads = ThreadBudget(threads)
         self.rope = Rope(config.n_rot, config.rope_base, config.neox_rope)
-        self._text = None
         self.heartbeat = None  # a callable forward() calls once per layer (a server's liveness signal)
-
-    @property
-    def tokenizer(self):
-        """The model's tokenizer, built from its metadata (or tokenizer.json) on first use."""
-        return self._text_side()[0]
-
-    @property
-    def chat_metadata(self):
-        """GGUF-style metadata the chat template reads (tokenizer.chat_template, BOS/EOS ids)."""
-        return self._text_side()[1]
-
-    def _text_side(self):
-        if self._text is None:
-            self._text = text_side(self.gguf)
-        return self._text
 
     def new_cache(self, n_ctx=None):
         """An empty KV cache for one sequence (n_ctx defaults to the training context)."""

@@ -12,7 +12,8 @@ from pantheon.engine.cuda.kvpool import DeviceCache, SlotPool, pool_bytes
 from pantheon.engine.cuda.stage import upload_stage
 from pantheon.engine.cuda.upload import Uploader
 from pantheon.engine.model_weights import bind_weights
-from pantheon.source import open_files, text_side
+from pantheon.engine.model_text import ModelText
+from pantheon.source import open_files
 
 
 def split_layers(n_layer, shares):
@@ -29,7 +30,7 @@ def split_layers(n_layer, shares):
     return [(bounds[i], bounds[i + 1]) for i in range(len(shares))]
 
 
-class GpuModel:
+class GpuModel(ModelText):
     """A model whose weights and KV cache live on one or more CUDA devices."""
 
     def __init__(self, gguf, config, stages, embd, output, output_norm, log=()):
@@ -37,7 +38,6 @@ class GpuModel:
         self.embd, self.output, self.output_norm = embd, output, output_norm
         self.load_log = [line for s in stages for line in s.log] + list(log)
         self.pool = None
-        self._text = None
 
     @classmethod
     def upload(cls, gguf, config, weights, backends, shares=None):
@@ -49,20 +49,6 @@ class GpuModel:
         head_up = Uploader(last)
         output = embd if weights.output is weights.token_embd and first is last else head_up.matrix(weights.output)
         return cls(gguf, config, stages, embd, output, head_up.vector(weights.output_norm), head_up.log)
-
-    @property
-    def tokenizer(self):
-        """The model's tokenizer, as the CPU Model builds it (GGUF metadata or tokenizer.json)."""
-        return self._text_side()[0]
-
-    @property
-    def chat_metadata(self):
-        return self._text_side()[1]
-
-    def _text_side(self):
-        if self._text is None:
-            self._text = text_side(self.gguf)
-        return self._text
 
     @property
     def layer_ranges(self):
