@@ -3,29 +3,16 @@
 import gguf
 import numpy as np
 import pytest
-from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import kquants
 from tests.conftest import shared_path
+from tests.pantheon.engine.kernels.blocks import FP16_FIELDS, K_QUANTS, random_blocks
 
-# Byte offsets of the fp16 d/dmin fields inside one block of each type.
-FP16_FIELDS = {T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}
 SHAPES = [(rows, cols) for rows in (1, 7, 33, 100) for cols in (256, 768, 2048)]
 BATCHES = (1, 2, 3, 4, 7)
 GOLDEN = ("llama-q4_k_m", "llama-q2_k", "llama-q3_k_m", "llama-q5_k_m", "llama-q6_k")
-
-
-def random_blocks(qtype, rows, cols, rng):
-    """uint8 [rows, row_bytes]: random bytes, with every fp16 scale set to a finite value in 1e-4..0.2."""
-    block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
-    nb = cols // block_elems
-    raw = rng.integers(0, 256, (rows, nb, block_bytes), dtype=np.uint8)  # [rows, nb, block_bytes]
-    for o in FP16_FIELDS[qtype]:
-        scale = rng.uniform(0.5, 2.0, (rows, nb)) * 10.0 ** rng.uniform(-4, -1, (rows, nb))  # [rows, nb]
-        raw[:, :, o:o + 2] = scale.astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
-    return raw.reshape(rows, nb * block_bytes)  # [rows, row_bytes]
 
 
 def check_gemv(k, raw, w, n, rng):
@@ -50,7 +37,7 @@ def test_every_k_type_is_exported():
     assert set(kquants.KERNELS) == {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
 
 
-@pytest.mark.parametrize("qtype", sorted(FP16_FIELDS), ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", K_QUANTS, ids=lambda t: t.name)
 def test_random_blocks(qtype):
     k = kquants.KERNELS[qtype]
     rng = np.random.default_rng(int(qtype))
@@ -62,7 +49,7 @@ def test_random_blocks(qtype):
             check_gemv(k, raw, w, n, rng)
 
 
-@pytest.mark.parametrize("qtype", sorted(FP16_FIELDS), ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", K_QUANTS, ids=lambda t: t.name)
 def test_extreme_fields(qtype):
     """All-0x00 and all-0xFF quant bytes reach the ends of every field (q, scales, mins, high bits)."""
     k = kquants.KERNELS[qtype]

@@ -2,31 +2,18 @@
 
 import numpy as np
 import pytest
-from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import q8dot
 from pantheon.engine.kernels.matmul import matmul, qmatmul
 from pantheon.engine.weights import Weight
+from tests.pantheon.engine.kernels.blocks import random_blocks
 
 pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="host has no AVX512-VNNI")
 
-# Byte offsets of the fp16 d/dmin fields inside one block of each type.
-FP16_FIELDS = {T.Q4_0: (0,), T.Q8_0: (0,), T.Q4_K: (0, 2), T.Q6_K: (208,)}
-TYPES = tuple(FP16_FIELDS)
+TYPES = (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K)
 BATCHES = (1, 3, 4, 9, 21)
-
-
-def random_blocks(qtype, rows, cols, rng):
-    """uint8 [rows, row_bytes]: random bytes, every fp16 scale a finite value in 1e-4..0.2."""
-    block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
-    nb = cols // block_elems
-    raw = rng.integers(0, 256, (rows, nb, block_bytes), dtype=np.uint8)  # [rows, nb, block_bytes]
-    for o in FP16_FIELDS[qtype]:
-        scale = rng.uniform(0.5, 2.0, (rows, nb)) * 10.0 ** rng.uniform(-4, -1, (rows, nb))  # [rows, nb]
-        raw[:, :, o:o + 2] = scale.astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
-    return raw.reshape(rows, nb * block_bytes)  # [rows, row_bytes]
 
 
 def reference_quantize(x):
