@@ -121,12 +121,17 @@ def test_bench_record_appends_the_measured_rows_to_the_family_catalog(demo_serve
     assert len(rows) == 1 and rows[0]["streams"] == 1 and rows[0]["tg_tps"] > 0
 
 
-def test_every_check_can_pass_against_a_server_doing_it_right():
-    double = Double()
+def verify_against(fault, mode):
+    """pantheon-ctl verify `mode` against a Double with `fault` (None: a server doing it right)."""
+    double = Double(fault)
     try:
-        rc, out, _ = ctl("--url", double.url, "verify", "--full", "m")
+        return ctl("--url", double.url, "verify", mode, "m")
     finally:
         double.close()
+
+
+def test_every_check_can_pass_against_a_server_doing_it_right():
+    rc, out, _ = verify_against(None, "--full")
     checks = assert_full_passes(rc, out)
     assert all(c["status"] == "PASS" for c in checks.values())
     assert "without a session id: 0 of" in checks["cache-reuse"]["figures"]      # measured, shown
@@ -139,11 +144,7 @@ def test_each_check_has_a_fault_it_catches():
 
 @pytest.mark.parametrize("fault", sorted(CAUGHT_BY))
 def test_a_broken_server_fails_the_right_check(fault):
-    double = Double(fault)
-    try:
-        rc, out, _ = ctl("--url", double.url, "verify", "--full", "m")
-    finally:
-        double.close()
+    rc, out, _ = verify_against(fault, "--full")
     checks, (failing, phrase) = outcomes(out), CAUGHT_BY[fault]
     assert rc == 3 and [n for n, c in checks.items() if c["status"] != "PASS"] == failing, out
     assert phrase in checks[failing[0]]["figures"], checks[failing[0]]
@@ -152,20 +153,12 @@ def test_a_broken_server_fails_the_right_check(fault):
 
 @pytest.mark.parametrize("fault, check", [("lose_needle", "needle-ladder"), ("tool_prefill_fails", "tool-prefill")])
 def test_a_broken_server_fails_the_right_stress_check(fault, check):
-    double = Double(fault)
-    try:
-        rc, out, _ = ctl("--url", double.url, "verify", "--stress", "m")
-    finally:
-        double.close()
+    rc, out, _ = verify_against(fault, "--stress")
     checks = outcomes(out)
     assert rc == 3 and [n for n, c in checks.items() if c["status"] != "PASS"] == [check], out
 
 
 def test_the_needle_ladder_passes_when_the_needle_comes_back():
-    double = Double()
-    try:
-        rc, out, _ = ctl("--url", double.url, "verify", "--stress", "m")
-    finally:
-        double.close()
+    rc, out, _ = verify_against(None, "--stress")
     assert outcomes(out)["needle-ladder"]["status"] == "PASS"
     assert outcomes(out)["needle-ladder"]["figures"].count("found") == 4
