@@ -99,7 +99,10 @@ class AdminDesk:
         for key, flag in ADMIN_FIELDS.items():
             if body.get(key) is not None:
                 values[flag] = self._parse(flag, key, _flag_text(body, key))
-        spec = model_spec(values)
+        try:
+            spec = model_spec(values)
+        except UsageError as e:  # no --name, and the file name is no model id (e.g. '/' or 'a b')
+            raise Refusal(400, "invalid_value", str(e), param="name") from None
         if any(text(rec["name"]) == spec.name for _, rec in self.tables.live_slots()):
             raise Refusal(409, "name_exists", f"a model named {spec.name!r} is already served; unload it first")
         known = {d.name for d in self.die_list}

@@ -12,6 +12,7 @@ from workers.tables import SLOT_LOADED
 @pytest.fixture
 def desk(tmp_path):
     (tmp_path / "small.gguf").write_bytes(b"GGUF")
+    (tmp_path / "a b").mkdir()  # an HF model directory whose name is no model id
     dies = [Die("cpu0", "cpu", 0, cores=(0,)), Die("cpu1", "cpu", 1, cores=(1,))]
     layout = Layout.create(1, 2, ["base"], [d.name for d in dies], dies)
     layout.tables.write_slot(0, state=SLOT_LOADED, name="base", path="/m/base.gguf", dies=1)
@@ -42,6 +43,7 @@ def test_a_load_body_means_what_the_same_flags_mean(desk, body, argv):
     ({"path": "small.gguf", "ctx_cap": True}, "ctx_cap", "invalid_type"),
     ({"path": "small.gguf", "name": "n" * 65}, "name", "invalid_value"),
     ({"path": "small.gguf", "name": "a b"}, "name", "invalid_value"),
+    ({"path": "a b"}, "name", "invalid_value"),
     ({"path": "small.gguf", "dies": ["cpu7"]}, "dies", "invalid_value"),
     ({"path": "small.gguf", "dies": "cpu0,cpu0"}, "dies", "invalid_value"),
     ({"path": "small.gguf", "batch_slots": 9}, "batch_slots", "invalid_value"),
