@@ -8,7 +8,6 @@ from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
 from pantheon.engine.sampler import Sampler, SamplingParams
 from pantheon.engine.sizes import PREFILL_CHUNK
-from pantheon.errors import ContextOverflow, EngineError
 
 
 @dataclass(frozen=True)
