@@ -103,7 +103,6 @@ class Job:
     grammar: str = ""  # a compiled llguidance grammar the reply must follow; "" = none
     grammar_replay: int = 0  # trailing prompt tokens already generated under the grammar (a resumed stream)
     logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives come back
-    logprobs: int = -1  # -1: none; k: each token's logprob and its k best alternatives come back
 
 
 @dataclass(frozen=True)
