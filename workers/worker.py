@@ -130,7 +130,7 @@ class DieWorker:
             self._unload(protocol.decode_slot(bytes(msg.payload))[0])
         elif msg.kind == Kind.FREE_CACHES:
             for engine in self.engines.values():
-                engine.sessions.clear()  # memory pressure: idle sessions' caches go first
+                engine.drop_cached()  # memory pressure: kept caches no request is using go first
 
     def _unload(self, slot):
         """Drop a model: whatever still runs on it ends with a clear error, then its memory goes."""

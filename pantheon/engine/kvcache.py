@@ -47,6 +47,14 @@ class KVCache:
         if need > self.capacity:
             self._alloc(min(self.n_ctx, max(need, 2 * self.capacity)))
 
+    def copy_from(self, src, n):
+        """Become a copy of the first `n` positions of `src` (a prefix another sequence computed)."""
+        assert len(self.tokens) == 0 and 0 <= n <= len(src)
+        self.reserve(n)
+        self.k[:, :, :n] = src.k[:, :, :n]  # [L, kv, n, hd]
+        self.v[:, :, :n] = src.v[:, :, :n]  # [L, kv, n, hd]
+        self.tokens = list(src.tokens[:n])
+
     def truncate(self, n):
         """Keep the first `n` positions (prefix reuse); later ones are overwritten when extended."""
         assert 0 <= n <= len(self.tokens)

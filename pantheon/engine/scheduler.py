@@ -1,18 +1,23 @@
 """The step engine a server loop drives: add requests, abort them, step, collect token events."""
 
+import dataclasses
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Optional
 
 from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
+from pantheon.engine.prefix import PrefixStore
 from pantheon.engine.sampler import Sampler, SamplingParams
 from pantheon.engine.sizes import PREFILL_CHUNK
+
+_SEED_MOD = 2**64
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """n_ctx: tokens per sequence; max_batch: sequences decoded together; max_sessions: kept KV caches;
+    """n_ctx: tokens per sequence; max_batch: sequences decoded together (a request's n choices count
+    n); max_sessions: kept KV caches (sessions' and the automatic prefix cache's together);
     prefill_chunk: prompt tokens computed per step, so long prompts do not stall running decodes."""
 
     n_ctx: int = 2048
@@ -37,6 +42,9 @@ class Request:
     # None: no logprobs; k in 0..MAX_TOP: each TokenEvent carries the token's logprob and the k best
     # alternatives, from the raw logits (before bias, penalties, grammar, temperature and truncation)
     logprobs: Optional[int] = None
+    # choices sampled from one prompt prefill: choice i > 0 starts from a copy of choice 0's prompt KV,
+    # with seed + i (a fork() of the constraint, if any)
+    n: int = 1
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class TokenEvent:
     token: int
     index: int
     logprob: Optional[TokenLogprob] = None  # when the request asked for logprobs
+    choice: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,8 @@ class DoneEvent:
     cached_tokens: int
     completion_tokens: int
     message: str = ""
+    choice: int = 0
+    final: bool = True  # the request's last DoneEvent (every choice has ended); "error" ends them all
 
 
 def _thinking_at_end(prompt, think_ids):
@@ -69,8 +80,10 @@ def _thinking_at_end(prompt, think_ids):
 class _Sequence:
     """A running request: its cache, how far its prompt has been computed, what it has generated."""
 
-    def __init__(self, req, cache, cached, sampler):
+    def __init__(self, req, cache, cached, sampler, choice=0, constraint=None):
         self.req, self.cache, self.cached, self.sampler = req, cache, cached, sampler
+        self.choice, self.constraint = choice, constraint
+        self.forks = req.n - 1 if choice == 0 else 0  # choices still to start from this prompt's KV
         self.pos = cached
         self.generated = []
         self.thinking, self.think_count = _thinking_at_end(req.prompt, req.think_ids), 0
@@ -92,24 +105,41 @@ class _Sequence:
         elif self.thinking:
             self.think_count += 1
 
+    @property
+    def key(self):
+        return self.req.id, self.choice
+
     def next_input(self, budget):
         if self.pos < len(self.req.prompt):
             chunk = self.req.prompt[self.pos:self.pos + budget]
             return list(chunk), self.pos + len(chunk) == len(self.req.prompt)
         return [self.generated[-1]], True
 
-    def done_event(self, reason, message=""):
-        return DoneEvent(self.req.id, reason, len(self.req.prompt), self.cached, len(self.generated), message)
+    def done_event(self, reason, message="", final=True):
+        return DoneEvent(self.req.id, reason, len(self.req.prompt), self.cached, len(self.generated), message,
+                         self.choice, final)
+
+
+def _choice_params(params, choice):
+    """Choice i's sampling: seed + i, so n choices differ and a seed reproduces all of them."""
+    if choice == 0 or params.seed is None:
+        return params
+    return dataclasses.replace(params, seed=(params.seed + choice) % _SEED_MOD)
 
 
 class Engine:
-    """Continuous batching over one model: every step runs one forward for all running sequences."""
+    """Continuous batching over one model: every step runs one forward for all running sequences.
+
+    Finished sequences' caches stay in a PrefixStore: a session's next turn takes its own back, and
+    any new prompt starts from a copy of the longest cached prefix (automatic prefix caching).
+    """
 
     def __init__(self, model, config=EngineConfig()):
         self.model, self.config = model, config
         self.waiting = deque()
-        self.running = OrderedDict()
-        self.sessions = OrderedDict()
+        self.running = OrderedDict()  # (request id, choice) -> _Sequence
+        self.store = PrefixStore(config.max_sessions)
+        self.prefilled = 0  # prompt tokens run through the model (not those served from a cache or a fork)
         self._aborted = set()
 
     def add(self, req):
@@ -122,7 +152,10 @@ class Engine:
             raise EngineError(f"max_tokens must be at least 1, got {req.max_tokens}")
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP:
             raise EngineError(f"logprobs must be in 0..{MAX_TOP}, got {req.logprobs}")
-        if req.id in self.running or any(w.id == req.id for w in self.waiting):
+        if not 1 <= req.n <= self.config.max_batch:
+            raise EngineError(f"n must be between 1 and {self.config.max_batch} (the sequences this model "
+                              f"decodes together), got {req.n}")
+        if any(k[0] == req.id for k in self.running) or any(w.id == req.id for w in self.waiting):
             raise EngineError(f"request id {req.id} is already live")
         Sampler(req.params, self.model.config.n_vocab)
         self.waiting.append(req)
@@ -130,6 +163,10 @@ class Engine:
     def abort(self, req_id):
         """End `req_id` at the next step with reason "abort"; unknown ids are ignored."""
         self._aborted.add(req_id)
+
+    def drop_cached(self):
+        """Memory pressure: every kept cache that no running sequence uses goes."""
+        self.store.clear()
 
     @property
     def has_work(self):
@@ -147,26 +184,65 @@ class Engine:
         events = []
         for req in [r for r in self.waiting if r.id in self._aborted]:
             self.waiting.remove(req)
-            events.append(DoneEvent(req.id, "abort", len(req.prompt), 0, 0))
-        for rid in [r for r in self.running if r in self._aborted]:
-            events.append(self._finish(self.running[rid], "abort"))
+            events += [DoneEvent(req.id, "abort", len(req.prompt), 0, 0, "", i, i == req.n - 1) for i in range(req.n)]
+        for key in [k for k in self.running if k[0] in self._aborted]:
+            events += self._finish(self.running[key], "abort")
         self._aborted.clear()
         return events
 
     def _admit(self):
-        while self.waiting and len(self.running) < self.config.max_batch:
+        while self.waiting and len(self.running) + self.waiting[0].n <= self.config.max_batch:
             req = self.waiting.popleft()
             cache, cached = self._cache_for(req)
-            self.running[req.id] = _Sequence(req, cache, cached, Sampler(req.params, self.model.config.n_vocab))
+            seq = _Sequence(req, cache, cached, Sampler(req.params, self.model.config.n_vocab),
+                            constraint=req.constraint)
+            self.running[seq.key] = seq
 
     def _cache_for(self, req):
-        """A session's stored cache cut to the common prefix (at least one token left to run), or a new one."""
-        cache = self.sessions.pop(req.session, None) if req.session is not None else None
-        if cache is None:
-            return self.model.new_cache(self.config.n_ctx), 0
-        keep = min(cache.common_prefix(req.prompt), len(req.prompt) - 1)
-        cache.truncate(keep)
+        """(cache, tokens already in it): the session's own cache cut to the common prefix, else a copy of
+        the longest kept prefix, else a new cache; at least one prompt token is left to run."""
+        cache = self.store.take_session(req.session) if req.session is not None else None
+        if cache is not None:
+            keep = min(cache.common_prefix(req.prompt), len(req.prompt) - 1)
+            cache.truncate(keep)
+            return cache, keep
+        src, shared = self.store.match(req.prompt)
+        keep = min(shared, len(req.prompt) - 1)
+        try:
+            cache = self._new_cache(spare=src)
+        except (EngineError, MemoryError):
+            if src is None:
+                raise
+            cache = self.store.take(src)  # no room for a copy: the sequence extends the kept cache itself
+            cache.truncate(keep)
+            return cache, keep
+        if keep > 0:
+            cache.copy_from(src, keep)
         return cache, keep
+
+    def _new_cache(self, spare=None):
+        """A fresh cache; while the die has no room for one, kept caches go, least recently used first."""
+        while True:
+            try:
+                return self.model.new_cache(self.config.n_ctx)
+            except (EngineError, MemoryError):
+                if not self.store.evict_one(spare):
+                    raise
+
+    def _fork(self, seq):
+        """Choices 1..n-1 of `seq`'s request: each starts from a copy of its prompt KV, computed once."""
+        forks, count = [], seq.forks
+        seq.forks = 0
+        for choice in range(1, count + 1):
+            cache = self._new_cache()
+            cache.copy_from(seq.cache, len(seq.cache))
+            grammar = seq.constraint.fork() if seq.constraint is not None else None
+            sampler = Sampler(_choice_params(seq.req.params, choice), self.model.config.n_vocab)
+            fork = _Sequence(seq.req, cache, seq.cached, sampler, choice, grammar)
+            fork.pos = seq.pos
+            self.running[fork.key] = fork
+            forks.append(fork)
+        return forks
 
     def _advance(self):
         budget = self.config.prefill_chunk
@@ -178,14 +254,17 @@ class Engine:
         logits = self.model.forward([(s.cache, t) for s, t, _ in plan])
         events = []
         for (seq, toks, last), row in zip(plan, logits):
-            seq.pos += len(toks) if seq.pos < len(seq.req.prompt) else 0
-            if last:
-                events += self._emit(seq, row[-1])
+            if seq.pos < len(seq.req.prompt):
+                seq.pos += len(toks)
+                self.prefilled += len(toks)
+            if last and seq.key in self.running:  # a sibling's error may have ended it this step
+                for s in [seq] + self._fork(seq):
+                    events += self._emit(s, row[-1]) if s.key in self.running else []
         return events
 
     def _emit(self, seq, logits):
         raw = logits  # logprobs are the model's own distribution, before any mask or bias
-        grammar = seq.req.constraint
+        grammar = seq.constraint
         tok = seq.forced_token()
         if tok is None:
             if grammar is not None:
@@ -193,33 +272,48 @@ class Engine:
             try:
                 tok = seq.sampler.sample(logits, list(seq.req.prompt) + seq.generated)
             except Exception as e:  # this request's problem only: the batch and the die carry on
-                return [self._finish(seq, "error", f"sampling failed: {type(e).__name__}: {e}")]
+                return self._finish(seq, "error", f"sampling failed: {type(e).__name__}: {e}")
         if tok in seq.req.stop_ids:
-            return [self._finish(seq, "stop")]
+            return self._finish(seq, "stop")
         seq.track(tok)
         seq.generated.append(tok)
         scored = None if seq.req.logprobs is None else token_logprob(raw, tok, seq.req.logprobs)
-        events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1, logprob=scored)]
+        events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1, logprob=scored, choice=seq.choice)]
         if grammar is not None:
             grammar.accept(tok)
             if grammar.finished:
-                return events + [self._finish(seq, "stop")]
+                return events + self._finish(seq, "stop")
         if len(seq.generated) >= seq.req.max_tokens or len(seq.cache) + 1 >= self.config.n_ctx:
-            events.append(self._finish(seq, "length"))
+            events += self._finish(seq, "length")
         return events
 
     def _finish(self, seq, reason, message=""):
-        del self.running[seq.req.id]
-        if seq.req.session is not None and reason != "error":
-            self.sessions[seq.req.session] = seq.cache
-            while len(self.sessions) > self.config.max_sessions:
-                self.sessions.popitem(last=False)
-        return seq.done_event(reason, message)
+        """DoneEvents of `seq` (and of choices it had not started yet); the request's last is final."""
+        del self.running[seq.key]
+        if reason == "error":
+            return self._fail_request(seq, message)
+        if seq.choice == 0:  # n choices share their prompt: one kept cache serves it
+            self.store.put(seq.cache, seq.req.session)
+        events = [seq.done_event(reason, final=False)]
+        events += [DoneEvent(seq.req.id, reason, len(seq.req.prompt), seq.cached, 0, "", i, False)
+                   for i in range(1, seq.forks + 1)]
+        final = not any(k[0] == seq.req.id for k in self.running)
+        return events[:-1] + [dataclasses.replace(events[-1], final=final)]
+
+    def _fail_request(self, seq, message):
+        """An error ends every choice of the request at once, in one DoneEvent (its caches are not kept)."""
+        for key in [k for k in self.running if k[0] == seq.req.id]:
+            del self.running[key]
+        return [seq.done_event("error", message)]
 
     def fail_all(self, message):
         """DoneEvents with reason "error" for every request (after a step raised): the engine starts clean."""
         events = [DoneEvent(r.id, "error", len(r.prompt), 0, 0, message) for r in self.waiting]
-        events += [seq.done_event("error", message) for seq in self.running.values()]
+        ended = set()
+        for seq in self.running.values():
+            if seq.req.id not in ended:
+                ended.add(seq.req.id)
+                events.append(seq.done_event("error", message))
         self.waiting.clear()
         self.running.clear()
         self._aborted.clear()

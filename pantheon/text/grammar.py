@@ -117,6 +117,14 @@ class Constraint:
             allowed[self.stop_ids] = True
         return allowed
 
+    def fork(self):
+        """An independent copy in the same state (another choice of an n > 1 request)."""
+        other = object.__new__(Constraint)
+        other.__dict__.update(self.__dict__)
+        other.matcher = self.matcher.deep_copy()
+        other._bits = self._bits.copy()  # [1, words] its own mask buffer
+        return other
+
     def mask(self, logits):
         return np.where(self.allowed(), logits, np.float32(-np.inf)).astype(np.float32)  # [n_vocab]
 

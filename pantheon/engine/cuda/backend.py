@@ -87,6 +87,15 @@ class Backend:
         with self.stream:
             return self.xp.empty(shape, dtype)
 
+    def copy_within(self, arr, dst, src):
+        """arr[dst] = arr[src] on the device, queued behind this stream's kernels (index tuples)."""
+        if self.sim:
+            arr[dst] = arr[src]
+            return
+        self.activate()
+        with self.stream:
+            arr[dst] = arr[src]
+
     def zeros(self, shape, dtype=np.float32):
         if self.sim:
             return np.zeros(shape, dtype)

@@ -18,6 +18,7 @@ class SlotPool:
     def __init__(self, n, n_ctx):
         self.n, self.n_ctx = n, n_ctx
         self.free = list(range(n - 1, -1, -1))
+        self.copy = None  # copy(src_slot, dst_slot, n): set by the model that owns the pool's arrays
 
     def take(self):
         if not self.free:
@@ -46,6 +47,7 @@ class DeviceCache:
         self.n_ctx = min(n_ctx, pool.n_ctx)
         self.slot = pool.take()
         self.tokens = []
+        self._copy = pool.copy
         self._release = weakref.finalize(self, pool.give, self.slot)
 
     def __len__(self):
@@ -59,6 +61,13 @@ class DeviceCache:
         need = len(self.tokens) + new_tokens
         if need > self.n_ctx:
             raise ContextOverflow(f"sequence of {need} tokens exceeds the context of {self.n_ctx}")
+
+    def copy_from(self, src, n):
+        """Become a copy of the first `n` positions of `src`'s slot (a prefix another sequence computed)."""
+        assert len(self.tokens) == 0 and 0 <= n <= len(src)
+        self.reserve(n)
+        self._copy(src.slot, self.slot, n)
+        self.tokens = list(src.tokens[:n])
 
     def truncate(self, n):
         """Keep the first `n` positions (prefix reuse); later ones are overwritten when extended."""

@@ -57,8 +57,13 @@ class GpuModel(ModelText):
     def allocate(self, n_ctx, slots):
         """The KV pool (`slots` sequences of `n_ctx` tokens) and tile scratch on every stage, once."""
         self.pool = SlotPool(slots, n_ctx)
+        self.pool.copy = self._copy_slot
         for i, s in enumerate(self.stages):
             s.allocate(slots, n_ctx, [self.output] if i == len(self.stages) - 1 else [])
+
+    def _copy_slot(self, src, dst, n):
+        for s in self.stages:
+            s.copy_kv(src, dst, n)
 
     def kv_bytes(self):
         return 0 if self.pool is None else pool_bytes(self.config, self.pool.n, self.pool.n_ctx)

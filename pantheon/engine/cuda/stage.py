@@ -38,6 +38,11 @@ class Stage:
         mats = self.mats + list(extra_mats)
         self.scratch = self.ops.scratch_for(mats) if mats else None
 
+    def copy_kv(self, src, dst, n):
+        """Positions [0, n) of KV slot `src` into slot `dst`, every layer of this stage."""
+        for arr in (self.kcache, self.vcache):  # [layers, slots, n_kv, n_ctx, head_dim]
+            self.backend.copy_within(arr, np.s_[:, dst, :, :n], np.s_[:, src, :, :n])
+
     def release(self):
         self.blocks, self.mats = [], []
         self.kcache = self.vcache = self.scratch = self.inv_freq = None

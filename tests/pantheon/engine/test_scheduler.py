@@ -134,7 +134,7 @@ def test_a_sampler_that_raises_ends_only_its_request(golden):
     def boom(*_):
         raise FloatingPointError("poison")
 
-    engine.running[1].sampler.sample = boom
+    engine.running[1, 0].sampler.sample = boom
     events = run(engine)
     assert done_of(events, 1).reason == "error" and "poison" in done_of(events, 1).message
     assert done_of(events, 2).reason == "length" and len(tokens_of(events, 2)) == 3
@@ -149,3 +149,77 @@ def test_fail_all_ends_every_request_with_an_error(golden):
     events = engine.fail_all("broken")
     assert sorted(e.id for e in events) == [1, 2] and {e.reason for e in events} == {"error"}
     assert not engine.has_work
+
+
+def test_repeated_prompt_without_session_reuses_the_prefix(golden):
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    longer = prompt + tuple(ref["greedy"][:3].tolist()) + (11, 12)
+    engine = Engine(model, EngineConfig(n_ctx=128))
+    engine.add(Request(1, longer, max_tokens=4, params=GREEDY))
+    first = run(engine)
+    assert done_of(first, 1).cached_tokens == 0 and engine.prefilled == len(longer)
+    engine.add(Request(2, longer, max_tokens=4, params=GREEDY))
+    second = run(engine)
+    assert done_of(second, 2).cached_tokens == len(longer) - 1  # the last token runs for its logits
+    assert engine.prefilled == len(longer) + 1
+    assert tokens_of(second, 2) == tokens_of(first, 1)
+    engine.add(Request(3, prompt, max_tokens=5, params=GREEDY))  # a prefix of what is kept
+    third = run(engine)
+    assert done_of(third, 3).cached_tokens == len(prompt) - 1
+    assert tokens_of(third, 3) == ref["greedy"][:5].tolist()
+
+
+def test_kept_caches_are_bounded_and_dropped_under_pressure(golden):
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    engine = Engine(model, EngineConfig(n_ctx=128, max_sessions=2))
+    for rid, first in enumerate((1, 2, 3)):  # three different 16-token prompts: only two caches kept
+        engine.add(Request(rid, (first,) + prompt[1:], max_tokens=2, params=GREEDY))
+        run(engine)
+    assert len(engine.store) == 2
+    engine.add(Request(9, (1,) + prompt[1:], max_tokens=2, params=GREEDY))
+    assert done_of(run(engine), 9).cached_tokens == 0  # the least recently used went first
+    engine.drop_cached()
+    assert len(engine.store) == 0
+    engine.add(Request(10, prompt, max_tokens=3, params=GREEDY))
+    events = run(engine)
+    assert done_of(events, 10).cached_tokens == 0 and tokens_of(events, 10) == ref["greedy"][:3].tolist()
+
+
+def test_n_choices_share_one_prefill_and_a_seed_reproduces_each(golden):
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    # this golden model puts 0.99999 on its favourite token: only a very high temperature spreads the choices
+    hot = SamplingParams(temperature=100.0, top_k=0, top_p=1.0, min_p=0.0, seed=7)
+    engine = Engine(model, EngineConfig(n_ctx=128, max_batch=4))
+    engine.add(Request(1, prompt, max_tokens=6, params=hot, n=3))
+    events = run(engine)
+    assert engine.prefilled == len(prompt)  # one prompt prefill for three choices
+    choices = [[e.token for e in events if isinstance(e, TokenEvent) and e.choice == i] for i in range(3)]
+    assert len({tuple(c) for c in choices}) == 3
+    done = [e for e in events if isinstance(e, DoneEvent)]
+    assert sorted(e.choice for e in done) == [0, 1, 2] and [e.final for e in done].count(True) == 1
+    assert done[-1].final and all(e.prompt_tokens == len(prompt) for e in done)
+    for i, choice in enumerate(choices):  # choice i is what seed 7 + i gives alone
+        alone = Engine(model, EngineConfig(n_ctx=128))
+        alone.add(Request(1, prompt, max_tokens=6, params=SamplingParams(
+            temperature=100.0, top_k=0, top_p=1.0, min_p=0.0, seed=7 + i)))
+        assert tokens_of(run(alone), 1) == choice
+
+
+def test_n_is_bounded_and_an_abort_ends_every_choice(golden):
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    engine = Engine(model, EngineConfig(n_ctx=128, max_batch=2))
+    for bad in (0, 3):
+        with pytest.raises(EngineError):
+            engine.add(Request(1, prompt, max_tokens=4, params=GREEDY, n=bad))
+    assert not engine.has_work
+    engine.add(Request(1, prompt, max_tokens=40, params=GREEDY, n=2))
+    engine.step()
+    engine.step()
+    engine.abort(1)
+    done = [e for e in run(engine) if isinstance(e, DoneEvent)]
+    assert sorted((e.choice, e.reason) for e in done) == [(0, "abort"), (1, "abort")]
+    assert [e.final for e in done] == [False, True]

@@ -73,3 +73,25 @@ def test_fit_sizing_covers_what_the_engine_allocates():
     assert held <= gpu_vram(model.gguf.tensors, model.config, 64, 2, 0, 1)
     model.close()
     assert model.stages[0].kcache is None and model.embd is None
+
+
+def test_a_prefix_copied_slot_to_slot_computes_what_a_fresh_slot_does():
+    """The prefix cache and n > 1 copy KV between pool slots: the copy must serve exactly."""
+    from pantheon.engine.cuda.backend import open_backend
+    from pantheon.engine.model_weights import bind_weights
+    from pantheon.gguf.config import config_from_metadata
+    from pantheon.gguf.file import open_gguf
+
+    g = open_gguf(str(shared_path("golden", "llama-f32.gguf")))
+    cfg = config_from_metadata(g.metadata)
+    m = GpuModel.upload(g, cfg, bind_weights(g.tensors, cfg), [open_backend(0)])
+    m.allocate(8, 3)
+    src, fresh, copy = m.new_cache(), m.new_cache(), m.new_cache()
+    for cache in (src, fresh):
+        m.forward([(cache, [1, 213, 540])])
+    m.forward([(src, [77])])  # src moves on: only its first three positions are shared
+    copy.copy_from(src, 3)
+    assert copy.tokens == [1, 213, 540] and copy.slot != src.slot
+    want = m.forward([(fresh, [99])])[0]
+    got = m.forward([(copy, [99])])[0]
+    np.testing.assert_array_equal(got, want)
