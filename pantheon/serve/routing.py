@@ -1,6 +1,12 @@
-"""Replica choice: least-busy, unless a session's cache lives on a replica that is not clearly busier."""
+"""Replica choice: least-busy, unless a session's cache, or a cached prompt prefix, lives on a replica that
+is not clearly busier."""
 
+import array
+import hashlib
 from collections import OrderedDict
+
+PREFIX_BLOCK = 16  # tokens per block, as the engine's prefix cache (pantheon.engine.prefix.BLOCK) counts them
+PREFIX_BLOCKS = 4  # leading full blocks the affinity key covers: the shared system prompt, not the question
 
 
 def clearly_busier(preferred_load, least_load):
@@ -17,8 +23,18 @@ def pick_replica(candidates, load, preferred=None):
     return least
 
 
+def prefix_key(prompt, block=PREFIX_BLOCK, blocks=PREFIX_BLOCKS):
+    """A stable nonzero 64-bit hash of the prompt's leading full blocks (at most `blocks`), or 0 when it
+    has no full block: requests sharing it share a cacheable prefix, so they go where it is cached."""
+    n = min(len(prompt) // block, blocks) * block
+    if n == 0:
+        return 0
+    data = array.array("I", prompt[:n]).tobytes()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") or 1
+
+
 class SessionMap:
-    """(model, session) -> die that holds its prefix cache; least recently used entries fall out."""
+    """(model, session or prefix key) -> die that holds its cache; least recently used entries fall out."""
 
     def __init__(self, capacity=4096):
         self.capacity = capacity

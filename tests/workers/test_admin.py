@@ -183,6 +183,29 @@ def test_pressure_levels_gate_new_turns(server):
     assert server.request("POST", "/v1/chat/completions", chat, headers=USER)[0] == 200
 
 
+def test_tight_pressure_drops_kept_prefixes_and_serving_goes_on(server):
+    prompt = ("Under memory pressure the workers drop the key and value caches that finished requests left "
+              "behind, and the next request computes its whole prompt again")
+    body = {"model": "base", "prompt": prompt, "max_tokens": 3, "temperature": 0}
+
+    def ask():
+        status, raw, _ = server.request("POST", "/v1/completions", body, headers=USER)
+        assert status == 200, raw
+        reply = json.loads(raw)
+        return reply["usage"]["prompt_tokens_details"]["cached_tokens"], reply["choices"][0]["text"]
+
+    first = ask()
+    again = ask()
+    assert again[0] > 0 and again[1] == first[1]
+    write_pressure(server.pressure, 3 * GIB)
+    wait_level(server, "TIGHT")
+    time.sleep(1.0)  # the FREE_CACHES notice travels supervisor -> dispatcher -> die
+    assert ask() == (0, first[1])  # dropped, computed again, the same greedy reply
+    assert ask()[0] > 0  # and kept again: TIGHT drops what is idle once, it does not stop caching
+    write_pressure(server.pressure, 20 * GIB)
+    wait_level(server, "OK")
+
+
 @pytest.mark.parametrize("path,method", [("/admin/models", "GET"), ("/admin/dies", "GET"),
                                          ("/admin/models/load", "POST"), ("/admin/models/unload", "POST")])
 def test_admin_routes_need_the_admin_token(server, path, method):

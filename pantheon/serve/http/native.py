@@ -288,8 +288,9 @@ class _Reply:
         gen, usage = self.gen, self.gen.usage
         first = gen.first_at or time.perf_counter()
         end = gen.ended_at or time.perf_counter()
-        prompt_n = usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"]
-        return dict(_rate("prompt", prompt_n, (first - self.started) * 1000),
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        prompt_n = usage["prompt_tokens"] - cached
+        return dict(cache_n=cached, **_rate("prompt", prompt_n, (first - self.started) * 1000),
                     **_rate("predicted", usage["completion_tokens"], (end - first) * 1000))
 
 

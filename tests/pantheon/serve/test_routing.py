@@ -36,3 +36,13 @@ def test_session_map_lru_and_forget():
     assert m.get(("a", 2)) is None and m.get(("a", 1)) == 0
     m.forget_die(1)
     assert m.get(("a", 3)) is None
+
+
+def test_prefix_key_covers_the_leading_full_blocks_only():
+    from pantheon.serve.routing import prefix_key
+
+    system = list(range(100, 164))  # four full blocks
+    assert prefix_key(system + [1, 2, 3], block=16) == prefix_key(system + [9] * 40, block=16) != 0
+    assert prefix_key(system, block=16) != prefix_key([7] + system[1:], block=16)
+    assert prefix_key(list(range(15)), block=16) == 0  # no full block: nothing worth following
+    assert prefix_key(list(range(20)), block=16) == prefix_key(list(range(16)) + [0] * 5, block=16)
