@@ -136,8 +136,7 @@ class DieWorker:
         """Drop a model: whatever still runs on it ends with a clear error, then its memory goes."""
         for rid in [r for r, s in self.owner.items() if s == slot]:
             self._fail(rid, ErrorCode.UNAVAILABLE, "the model was unloaded", 5)
-            self.owner.pop(rid)
-            self.rec["in_flight"] -= 1
+            self._release(rid)
         engine = self.engines.pop(slot, None)
         if engine is not None and hasattr(engine.model, "close"):
             engine.model.close()  # a GPU model hands its device memory back to the driver now
@@ -174,15 +173,18 @@ class DieWorker:
                 continue
             if ev.reason == "error":
                 self._fail(ev.id, ErrorCode.INTERNAL, ev.message or "the engine failed on this request")
-                self.owner.pop(ev.id, None)
-                self.rec["in_flight"] -= 1
+                self._release(ev.id)
                 continue
             body = protocol.encode_done(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens)
             out.send(Kind.DONE, ev.id, ev.completion_tokens, body, timeout=5.0)
             self.to_sup.send(Kind.DONE, ev.id, 0, body, timeout=5.0)
-            self.owner.pop(ev.id, None)
-            self.rec["in_flight"] -= 1
+            self._release(ev.id)
             self.rec["completed"] += 1
+
+    def _release(self, rid):
+        """Forget a finished request; only one this die counted leaves the in-flight count (no uint wrap)."""
+        if self.owner.pop(rid, None) is not None:
+            self.rec["in_flight"] -= 1
 
 
 CHAOS_EXIT = 13
