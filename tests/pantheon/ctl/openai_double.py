@@ -26,6 +26,7 @@ FAULTS = {
     "schema_truncated": "the schema's answer is cut at max_tokens",
     "racy": "requests served at the same time get other text",
     "no_session_cache": "a session's next turn is prefilled again",
+    "no_prefix_cache": "a repeated prompt without a session is prefilled again",
     "lose_needle": "long prompts are answered without reading them",
     "tool_prefill_fails": "a tool result in the conversation is a 500",
 }
@@ -38,6 +39,7 @@ class Double(LocalServer):
         assert fault is None or fault in FAULTS, fault
         self.fault = fault
         self.sessions = {}           # session id -> words of its last prompt and reply (its KV)
+        self.prompts = frozenset()   # prompts answered without a session (the prefix cache)
         self.lock, self.active = threading.Lock(), {}     # request -> it overlapped another
         super().__init__(type("Handler", (_Handler,), {"double": self}))
         self.start()
@@ -89,10 +91,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(body, text, finish, len(words), self._cached(words, text))
 
     def _cached(self, words, text):
-        """Words of this prompt the session's previous turn left in its cache; none without a session."""
+        """Words of this prompt the session's previous turn left in its cache; without a session, all
+        but the last of a prompt seen before (a prefix cache computes the last token again)."""
         session = self.headers.get("X-Session-Id")
         if session is None:
-            return 0
+            seen, key = self.double.prompts, " ".join(words)
+            self.double.prompts = seen | {key}
+            return len(words) - 1 if key in seen and self.double.fault != "no_prefix_cache" else 0
         before = self.double.sessions.get(session, [])
         self.double.sessions[session] = words + text.split()
         if self.double.fault == "no_session_cache":
