@@ -13,6 +13,8 @@ from pantheon.errors import InvalidParameter
 
 _SEED_LIMIT = 2**64
 _F32 = np.finfo(np.float32)
+# Python floats, so comparing a huge client value never casts it to float32 (an overflow warning)
+_F32_MAX, _F32_TINY = float(_F32.max), float(_F32.tiny)
 _INT32_MAX = 2**31 - 1
 _FIRST_SORT = 256  # top_p without top_k: sort this many best tokens first, widen only if mass is short
 
@@ -192,10 +194,10 @@ def _real(name, value, low=None, high=None, low_open=False, divides=False):
     """A finite number inside float32's range; `divides`: zero or a normal float32, never a denormal."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise InvalidParameter(f"{name} must be a finite number, got {value!r}", name)
-    if abs(value) > _F32.max:
-        raise InvalidParameter(f"{name} must be within float32's range (|x| <= {_F32.max:.7g}), got {value!r}", name)
-    if divides and 0 < abs(value) < _F32.tiny:
-        raise InvalidParameter(f"{name} must be 0 or at least {_F32.tiny:.7g} (a divisor), got {value!r}", name)
+    if abs(value) > _F32_MAX:
+        raise InvalidParameter(f"{name} must be within float32's range (|x| <= {_F32_MAX:.7g}), got {value!r}", name)
+    if divides and 0 < abs(value) < _F32_TINY:
+        raise InvalidParameter(f"{name} must be 0 or at least {_F32_TINY:.7g} (a divisor), got {value!r}", name)
     if low is not None and (value < low or (low_open and value == low)):
         raise InvalidParameter(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}", name)
     if high is not None and value > high:
@@ -220,6 +222,6 @@ def _check_bias(bias, n_vocab):
         if token < 0 or (n_vocab is not None and token >= n_vocab):
             raise InvalidParameter(f"logit_bias token id {token} is outside [0, {n_vocab})", "logit_bias")
         bad = isinstance(value, bool) or not isinstance(value, numbers.Real)
-        if bad or math.isnan(value) or value == math.inf or (value != -math.inf and abs(value) > _F32.max):
+        if bad or math.isnan(value) or value == math.inf or (value != -math.inf and abs(value) > _F32_MAX):
             raise InvalidParameter(f"logit_bias[{token}] must be a float32 number or -inf, got {value!r}",
                                    "logit_bias")
