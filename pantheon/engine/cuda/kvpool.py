@@ -9,7 +9,8 @@ import weakref
 
 import numpy as np
 
-from pantheon.errors import ContextOverflow, EngineError
+from pantheon.engine.kvcache import SequenceTokens
+from pantheon.errors import EngineError
 
 
 class SlotPool:
@@ -40,27 +41,21 @@ def pool_bytes(cfg, slots, n_ctx):
     return 2 * 2 * cfg.n_layer * slots * cfg.n_head_kv * n_ctx * cfg.head_dim
 
 
-class DeviceCache:
+class DeviceCache(SequenceTokens):
     """One sequence's slot in the pool and the token ids computed into it (the CPU KVCache's contract)."""
 
     def __init__(self, pool, n_ctx):
-        self.n_ctx = min(n_ctx, pool.n_ctx)
+        super().__init__(min(n_ctx, pool.n_ctx))
         self.slot = pool.take()
-        self.tokens = []
         self._copy = pool.copy
         self._release = weakref.finalize(self, pool.give, self.slot)
-
-    def __len__(self):
-        return len(self.tokens)
 
     @property
     def capacity(self):
         return self.n_ctx
 
     def reserve(self, new_tokens):
-        need = len(self.tokens) + new_tokens
-        if need > self.n_ctx:
-            raise ContextOverflow(f"sequence of {need} tokens exceeds the context of {self.n_ctx}")
+        self._fits(new_tokens)
 
     def copy_from(self, src, n):
         """Become a copy of the first `n` positions of `src`'s slot (a prefix another sequence computed)."""
@@ -68,15 +63,3 @@ class DeviceCache:
         self.reserve(n)
         self._copy(src.slot, self.slot, n)
         self.tokens = list(src.tokens[:n])
-
-    def truncate(self, n):
-        """Keep the first `n` positions (prefix reuse); later ones are overwritten when extended."""
-        assert 0 <= n <= len(self.tokens)
-        del self.tokens[n:]
-
-    def common_prefix(self, tokens):
-        n = min(len(self.tokens), len(tokens))
-        a = np.asarray(self.tokens[:n])  # [n]
-        b = np.asarray(tokens[:n])  # [n]
-        diff = np.flatnonzero(a != b)  # [mismatches]
-        return int(diff[0]) if diff.size else n
