@@ -1,5 +1,6 @@
 """Fixtures for the HTTP tests: one two-model server per module, closed at the end."""
 
+import openai
 import pytest
 
 from tests.pantheon.serve.http.server import Served, open_models
@@ -16,3 +17,15 @@ def served():
     yield server
     server.close()
 
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    """The official openai client on the module's server; no retries, so a failure shows as one."""
+    return openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Separate Model objects: the reference engine never shares one with the server's threads."""
+    return open_models()

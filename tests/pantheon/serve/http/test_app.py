@@ -1,25 +1,12 @@
 """The OpenAI API over a real waitress server, driven by the official openai client."""
 
-import openai
-import pytest
 
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from pantheon.text.prompting import PromptBuilder
 from pantheon.engine.sampler import SamplingParams
-from tests.pantheon.serve.http.server import call, open_models
+from tests.pantheon.serve.http.server import call
 
 NO_EOS = {"2": -100}  # both golden vocabularies end generation with id 2; banned, length decides
-
-
-@pytest.fixture(scope="module")
-def client(served):
-    return openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def reference():
-    """Separate Model objects: the reference engine never shares one with the server's threads."""
-    return open_models()
 
 
 def greedy_text(model, ids, n):

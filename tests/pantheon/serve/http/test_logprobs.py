@@ -1,29 +1,18 @@
 """logprobs / top_logprobs over HTTP (official openai client) and lists of prompts on /v1/completions."""
 
 import numpy as np
-import openai
 import pytest
 
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from pantheon.serve.http.logprobs import TokenText
 from pantheon.text.prompting import PromptBuilder
-from tests.pantheon.serve.http.server import call, open_models
+from tests.pantheon.serve.http.server import call
 from tests.pantheon.serve.http.test_errors import error_of
 
 NO_EOS = {"2": -100}  # both golden vocabularies end generation with id 2; banned, length decides
 TOL = 1e-4  # batched decode in the server vs one teacher-forced forward here: float32 summation order
 CHAT = [{"role": "user", "content": "Name a colour."}]
-
-
-@pytest.fixture(scope="module")
-def client(served):
-    return openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def reference():
-    return open_models()
 
 
 def greedy(model, ids, n):

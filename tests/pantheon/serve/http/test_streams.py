@@ -4,7 +4,6 @@ import json
 import socket
 import time
 
-import openai
 import pytest
 
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
@@ -12,11 +11,6 @@ from pantheon.engine.sampler import SamplingParams
 from tests.pantheon.serve.http.server import Served, call, open_models
 
 NO_EOS = {"2": -100}
-
-
-@pytest.fixture(scope="module")
-def client(served):
-    return openai.OpenAI(base_url=served.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
 @pytest.fixture(scope="module")
