@@ -30,6 +30,14 @@ class Pending:
     body: bytes
     die: int = -1
     started: float = 0.0
+    prefix: int = 0  # hash of the prompt's leading blocks: where they were last run, they are cached
+
+    @property
+    def affinity(self):
+        """The key of the replica this request should follow: its session's, else its prompt prefix's."""
+        if self.session:
+            return self.slot, "session", self.session
+        return (self.slot, "prefix", self.prefix) if self.prefix else None
 
 
 class Dispatcher:
@@ -48,7 +56,7 @@ class Dispatcher:
         self.load = {}  # (die, slot) -> requests in flight there
         self.running = {}  # rid -> Pending (on a die)
         self.queued = {}  # slot -> deque of Pending
-        self.sessions = SessionMap()
+        self.sessions = SessionMap()  # sessions' and prompt prefixes' replicas
         self.service_s = {}  # slot -> moving mean of request service time
         self.status_notes = deque(maxlen=64)  # (die, slot, text) from workers, for the supervisor
         self.commands = queue.SimpleQueue()  # workers.commands messages from the supervisor's main thread
@@ -129,7 +137,7 @@ class Dispatcher:
             route = protocol.read_route(body)
         except Exception as e:
             return self._error(front, msg.request_id, ErrorCode.BAD_REQUEST, f"malformed request: {e}")
-        p = Pending(msg.request_id, route.slot, front, route.session, body)
+        p = Pending(msg.request_id, route.slot, front, route.session, body, prefix=route.prefix)
         if self.tables.instance[0]["pressure"] >= CRITICAL:
             return self._error(front, p.rid, ErrorCode.UNAVAILABLE, "memory pressure is CRITICAL", CRITICAL_RETRY_S)
         if p.slot >= len(self.tables.slots) or self.tables.read_slot(p.slot)["state"] != SLOT_LOADED \
@@ -174,9 +182,9 @@ class Dispatcher:
         if not live:
             return False
         load = {d: self.load.get((d, p.slot), 0) for d in live}
-        key = (p.slot, p.session)
-        die = pick_replica(live, load, self.sessions.get(key) if p.session else None)
-        if p.session:
+        key = p.affinity
+        die = pick_replica(live, load, self.sessions.get(key) if key else None)
+        if key:
             self.sessions.put(key, die)
         p.die, p.started = die, time.monotonic()
         self.load[(die, p.slot)] = load[die] + 1

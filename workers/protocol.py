@@ -18,6 +18,7 @@ from pantheon.engine.logprobs import TokenLogprob
 from pantheon.engine.sampler import SamplingParams
 from pantheon.errors import InvalidParameter
 from pantheon.serve.http.backend import Finished
+from pantheon.serve.routing import prefix_key
 
 assert sys.byteorder == "little", "token arrays are sent in native order"
 
@@ -62,7 +63,7 @@ REASONS = ("stop", "length", "abort")
 QUEUED = 255  # Accepted.die of a request waiting for a free place
 MAX_DETAIL = 2000  # bytes of error detail text carried
 
-_ROUTE = struct.Struct("<H6xQ")  # slot, session: all the dispatcher reads of a job
+_ROUTE = struct.Struct("<H6xQQ")  # slot, session, prefix key: all the dispatcher reads of a job
 _JOB = struct.Struct("<qqqqQddddddIIIIIIqIq")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
@@ -107,10 +108,12 @@ class Job:
 
 @dataclass(frozen=True)
 class Route:
-    """The fixed header at the front of every job: what the dispatcher routes on."""
+    """The fixed header at the front of every job: what the dispatcher routes on. `prefix`: a hash of
+    the prompt's leading blocks (pantheon.serve.routing.prefix_key), for cache affinity without a session."""
 
     slot: int
     session: int
+    prefix: int = 0
 
 
 def encode_job(job):
@@ -121,7 +124,7 @@ def encode_job(job):
     think = job.think_ids or (0, 0)
     grammar = job.grammar.encode("utf-8")
     try:
-        head = _ROUTE.pack(job.slot, job.session) + _JOB.pack(
+        head = _ROUTE.pack(job.slot, job.session, prefix_key(job.prompt)) + _JOB.pack(
             job.max_tokens, p.top_k, p.repeat_last_n, job.reasoning_budget, p.seed or 0, p.temperature, p.top_p,
             p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, *think, len(job.prompt),
             len(job.stop_ids), len(bias), flags, job.grammar_replay, len(grammar),

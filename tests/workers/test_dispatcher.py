@@ -29,8 +29,8 @@ class Rig:
         self.die_in = [c.receiver() for c in self.layout.to_die]
         self.die_out = [c.sender() for c in self.layout.die_to_sup]
 
-    def submit(self, rid, front=0, session=0, slot=0):
-        body = protocol.encode_job(Job(slot, (1, 2, 3), 8, SamplingParams(repeat_last_n=5), session=session))
+    def submit(self, rid, front=0, session=0, slot=0, prompt=(1, 2, 3)):
+        body = protocol.encode_job(Job(slot, prompt, 8, SamplingParams(repeat_last_n=5), session=session))
         self.fronts[front].send(Kind.SUBMIT, rid, 0, body, timeout=1)
         self.dispatcher.run_once(0.01)
         return body
@@ -122,6 +122,22 @@ def test_a_session_returns_to_its_die_while_it_is_not_clearly_busier():
     for rid in (3, 4):  # the other die is busier now, the session still goes home
         rig.submit(rid, session=42)
         assert protocol.decode_accepted(bytes(rig.answer().payload)) == home
+
+
+def test_a_prompt_prefix_returns_to_the_die_that_cached_it_until_that_die_is_clearly_busier():
+    rig = Rig(max_concurrent=8)
+    system = tuple(range(100, 164))  # four full blocks: the affinity key
+    rig.submit(1, prompt=system + (1, 2))
+    home = protocol.decode_accepted(bytes(rig.answer().payload))
+    rig.submit(2, prompt=(9,) * 70)  # another prefix goes to the idle die
+    assert protocol.decode_accepted(bytes(rig.answer().payload)) == 1 - home
+    rig.done(1 - home, 2)
+    rig.submit(3, prompt=system + (7, 7, 7))  # home is busier by one: not clearly, the prefix goes home
+    assert protocol.decode_accepted(bytes(rig.answer().payload)) == home
+    rig.submit(4, prompt=system + (8,))  # home holds two, the other none: clearly busier, least busy wins
+    assert protocol.decode_accepted(bytes(rig.answer().payload)) == 1 - home
+    rig.submit(5, prompt=system + (9,))  # and the prefix follows it there
+    assert protocol.decode_accepted(bytes(rig.answer().payload)) == 1 - home
 
 
 def test_a_dead_die_ends_its_requests_with_worker_died():

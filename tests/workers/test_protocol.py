@@ -13,6 +13,7 @@ from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.logprobs import TokenLogprob
 from pantheon.errors import InvalidParameter
 from pantheon.serve.http.backend import Finished, GenerationRequest
+from pantheon.serve.routing import prefix_key
 from workers import protocol
 from workers.protocol import ErrorCode, Job
 
@@ -77,7 +78,7 @@ def test_job_round_trip_keeps_every_field(job):
     body = protocol.encode_job(job)
     back = protocol.decode_job(body)
     assert back == job
-    assert protocol.read_route(body) == protocol.Route(job.slot, job.session)
+    assert protocol.read_route(body) == protocol.Route(job.slot, job.session, prefix_key(job.prompt))
 
 
 @settings(max_examples=50, deadline=None)
@@ -92,11 +93,11 @@ def test_a_truncated_or_padded_job_is_refused(job, data):
 
 
 def test_the_route_is_read_from_the_header_alone():
-    job = Job(513, (1, 2, 3), 9, SamplingParams(repeat_last_n=7), session=2**63 + 5)
-    head = protocol.encode_job(job)[:16]
-    assert protocol.read_route(head) == protocol.Route(513, 2**63 + 5)
+    job = Job(513, tuple(range(40)), 9, SamplingParams(repeat_last_n=7), session=2**63 + 5)
+    head = protocol.encode_job(job)[:24]
+    assert protocol.read_route(head) == protocol.Route(513, 2**63 + 5, prefix_key(tuple(range(32))))
     with pytest.raises(FrameError):
-        protocol.read_route(head[:15])
+        protocol.read_route(head[:23])
 
 
 def test_repeat_last_n_survives_the_ring():
@@ -113,7 +114,7 @@ def test_a_value_that_does_not_fit_the_wire_is_a_typed_error():
 
 def test_bad_sampling_values_on_the_wire_are_refused_by_the_parameter_checks():
     body = bytearray(protocol.encode_job(Job(0, (1,), 1, SamplingParams(top_p=0.5))))
-    struct.pack_into("<d", body, 16 + 8 * 5 + 8, 2.0)  # top_p, after four int64, the seed and temperature
+    struct.pack_into("<d", body, 24 + 8 * 5 + 8, 2.0)  # top_p, after four int64, the seed and temperature
     with pytest.raises(InvalidParameter, match="top_p"):
         protocol.decode_job(bytes(body))
 

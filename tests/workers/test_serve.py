@@ -128,6 +128,30 @@ def test_session_affinity_and_cached_tokens(server):
     assert len({o["replica"] for o in same.values()}) == 1
 
 
+def test_a_prompt_prefix_without_a_session_returns_to_the_replica_that_cached_it(server):
+    prompt = ("Affinity on the prompt prefix sends a request without a session to the replica that last "
+              "ran the same leading tokens, because that replica still holds their keys and values")
+    body = {"model": "rep", "prompt": prompt, "max_tokens": 3, "temperature": 0}
+    out = {}
+    long_run = threading.Thread(target=_stream, args=(server, {"model": "rep", "prompt": "Once upon a time",
+                                "max_tokens": 600, "stream": True, "logit_bias": {"2": -100}}, {}, out, "busy"))
+    long_run.start()
+    while "busy" not in out:
+        time.sleep(0.01)
+    status, raw, headers = server.request("POST", "/v1/completions", body)
+    assert status == 200, raw
+    home = headers["X-Pantheon-Replica"]
+    assert home != out["busy"]["replica"]  # the only idle replica took it
+    first = json.loads(raw)
+    long_run.join()
+    for _ in range(2):  # both replicas idle: least-busy alone would take cpu0 whatever home is
+        status, raw, headers = server.request("POST", "/v1/completions", body)
+        reply = json.loads(raw)
+        assert status == 200 and headers["X-Pantheon-Replica"] == home
+        assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"] - 1
+        assert reply["choices"][0]["text"] == first["choices"][0]["text"]
+
+
 def test_ctx_cap_refuses_long_prompt(server):
     status, body, _ = server.request("POST", "/v1/completions", {"model": "qwen", "prompt": list(range(5, 90))})
     assert status == 400 and json.loads(body)["error"]["code"] == "context_over_budget"
