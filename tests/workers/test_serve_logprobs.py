@@ -60,7 +60,8 @@ def test_logprobs_over_the_rings_equal_log_softmax_of_the_models_logits(client):
                                               max_tokens=4, temperature=0, logprobs=True, top_logprobs=2, stream=True)
     pieces = [e for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
     assert [e.token for e in pieces] == [e.token for e in content]
-    np.testing.assert_allclose([e.logprob for e in pieces], [e.logprob for e in content], atol=1e-6)
+    # the second run starts from the first's cached prompt (prefix cache): same numbers up to float32 order
+    np.testing.assert_allclose([e.logprob for e in pieces], [e.logprob for e in content], atol=TOL)
 
 
 def test_a_list_of_prompts_over_the_rings(client):
