@@ -134,10 +134,20 @@ def all_up(server):
     return state if all(d["state"] == "up" and d["pid"] for d in state.values()) else None
 
 
-def fronts(server):
-    """Front pids: children of the supervisor that are not die workers."""
-    workers = {d["pid"] for d in dies(server).values()}
-    return sorted(p for p in server.children() if p not in workers)
+def fronts(server, timeout=60.0):
+    """Front pids: children of the supervisor that are not die workers.
+
+    Read while every die is up and its worker pid is the same before and after listing the children,
+    so a worker restarting in between (a chaos strike) is never taken for a front."""
+    def settled():
+        before = all_up(server)
+        children = server.children()
+        after = all_up(server)
+        same = before and after and {d["pid"] for d in before.values()} == {d["pid"] for d in after.values()}
+        return same and sorted(p for p in children if p not in {d["pid"] for d in after.values()})
+    found = wait_for(settled, timeout)
+    assert found, f"no moment with every die up and a stable worker set: {dies(server)}"
+    return found
 
 
 def tree(pid):
