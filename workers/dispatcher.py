@@ -31,6 +31,7 @@ class Pending:
     die: int = -1
     started: float = 0.0
     prefix: int = 0  # hash of the prompt's leading blocks: where they were last run, they are cached
+    n: int = 1  # choices: the places the request takes among a die's --max-concurrent
 
     @property
     def affinity(self):
@@ -53,7 +54,7 @@ class Dispatcher:
         self.mux = Mux(self.from_fronts + self.from_dies)
         self.to_front = [c.sender() for c in layout.from_sup]
         self.to_die = [c.sender() for c in layout.to_die]
-        self.load = {}  # (die, slot) -> requests in flight there
+        self.load = {}  # (die, slot) -> sequences in flight there (a request of n choices counts n)
         self.running = {}  # rid -> Pending (on a die)
         self.queued = {}  # slot -> deque of Pending
         self.sessions = SessionMap()  # sessions' and prompt prefixes' replicas
@@ -92,7 +93,7 @@ class Dispatcher:
         if msg.kind == Kind.SUBMIT:
             self._submit(front, msg)
         elif msg.kind == Kind.CANCEL:
-            self._cancel(msg.request_id)
+            self._cancel(msg.request_id, bytes(msg.payload))
         elif msg.kind in (Kind.ADMIN_LOAD, Kind.ADMIN_UNLOAD):
             self.admin_inbox.put((front, msg.request_id, msg.kind, bytes(msg.payload)))
             self.wake_main()
@@ -137,12 +138,15 @@ class Dispatcher:
             route = protocol.read_route(body)
         except Exception as e:
             return self._error(front, msg.request_id, ErrorCode.BAD_REQUEST, f"malformed request: {e}")
-        p = Pending(msg.request_id, route.slot, front, route.session, body, prefix=route.prefix)
+        p = Pending(msg.request_id, route.slot, front, route.session, body, prefix=route.prefix, n=route.n)
         if self.tables.instance[0]["pressure"] >= CRITICAL:
             return self._error(front, p.rid, ErrorCode.UNAVAILABLE, "memory pressure is CRITICAL", CRITICAL_RETRY_S)
         if p.slot >= len(self.tables.slots) or self.tables.read_slot(p.slot)["state"] != SLOT_LOADED \
                 or not self.replicas(p.slot):
             return self._error(front, p.rid, ErrorCode.UNAVAILABLE, "no live replica of this model", 1)
+        if not 1 <= p.n <= self._max_concurrent(p.slot):
+            return self._error(front, p.rid, ErrorCode.BAD_REQUEST, f"{p.n} choices exceed the model's "
+                               f"{self._max_concurrent(p.slot)} places per replica (--max-concurrent)")
         if self._sessions_full(p):
             return self._error(front, p.rid, ErrorCode.OVERLOADED, "every session of this model is active (--max-sessions)",
                                self.retry_after(p.slot))
@@ -178,7 +182,8 @@ class Dispatcher:
         return max(1, math.ceil(depth * self.service_s.get(slot, 1.0) / parallel))
 
     def _try_start(self, p):
-        live = [d for d in self.replicas(p.slot) if self.load.get((d, p.slot), 0) < self._max_concurrent(p.slot)]
+        cap = self._max_concurrent(p.slot)
+        live = [d for d in self.replicas(p.slot) if self.load.get((d, p.slot), 0) + p.n <= cap]
         if not live:
             return False
         load = {d: self.load.get((d, p.slot), 0) for d in live}
@@ -187,15 +192,19 @@ class Dispatcher:
         if key:
             self.sessions.put(key, die)
         p.die, p.started = die, time.monotonic()
-        self.load[(die, p.slot)] = load[die] + 1
+        self.load[(die, p.slot)] = load[die] + p.n
         self.running[p.rid] = p
         self.to_die[die].send(Kind.SUBMIT, p.rid, 0, p.body, timeout=5.0)
         return True
 
-    def _cancel(self, rid):
+    def _cancel(self, rid, body=b""):
+        """Forward a cancel to the die running `rid`; a queued request leaves the queue when the whole of
+        it is cancelled (a cancel of one choice waits for the request to run: the front drops its tokens)."""
         p = self.running.get(rid)
         if p is not None:
-            self.to_die[p.die].send(Kind.CANCEL, rid, 0, timeout=5.0)
+            self.to_die[p.die].send(Kind.CANCEL, rid, 0, body, timeout=5.0)
+            return
+        if body:
             return
         for waiting in self.queued.values():
             for q in list(waiting):
@@ -207,7 +216,7 @@ class Dispatcher:
         p = self.running.pop(rid, None)
         if p is None:
             return
-        self.load[(p.die, p.slot)] -= 1
+        self.load[(p.die, p.slot)] -= p.n
         took = time.monotonic() - p.started
         self.service_s[p.slot] = 0.8 * self.service_s.get(p.slot, took) + 0.2 * took
         queue = self.queued.get(p.slot)

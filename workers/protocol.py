@@ -29,9 +29,10 @@ class Kind(enum.IntEnum):
     """Every message kind, who sends it to whom, and its body."""
 
     SUBMIT = 1       # front -> supervisor -> die: a Job (routing header first)
-    CANCEL = 2       # front -> supervisor -> die: stop request `rid`; empty
-    TOKENS = 3       # die -> front: one token id (u32); seq = its index in the completion
-    DONE = 4         # die -> front, and die -> supervisor as a notice: a Finished record
+    CANCEL = 2       # front -> supervisor -> die: stop request `rid`; empty, or one choice (u16) of it
+    TOKENS = 3       # die -> front: one token of one choice; seq = its index in that choice's completion
+    DONE = 4         # die -> front: one choice ended (a Finished record); die -> supervisor: the request
+                     # ended (its final DONE), as a notice that its place is free
     ERROR = 5        # supervisor or die -> front: the request ended; an ErrorBody
     ACCEPTED = 6     # supervisor -> front: started on a die, or queued; an Accepted record
     ADMIN_LOAD = 7   # front -> supervisor: an admin load request, the HTTP body as JSON
@@ -63,11 +64,13 @@ REASONS = ("stop", "length", "abort")
 QUEUED = 255  # Accepted.die of a request waiting for a free place
 MAX_DETAIL = 2000  # bytes of error detail text carried
 
-_ROUTE = struct.Struct("<H6xQQ")  # slot, session, prefix key: all the dispatcher reads of a job
+_ROUTE = struct.Struct("<HH4xQQ")  # slot, choices, session, prefix key: all the dispatcher reads of a job
 _JOB = struct.Struct("<qqqqQddddddIIIIIIqIq")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
-_DONE = struct.Struct("<BxxxIII")
+_DONE = struct.Struct("<BBHIII")  # reason, final, choice, prompt, cached, completion tokens
+_TOKEN = struct.Struct("<IH")  # token id, choice
+_CHOICE = struct.Struct("<H")
 _SCORE = struct.Struct("<dI")  # TOKENS after the token id: its logprob, then how many alternatives follow
 _ALT = struct.Struct("<Id")  # one alternative: token id, logprob
 _ERROR = struct.Struct("<HxxdI")
@@ -104,16 +107,19 @@ class Job:
     grammar: str = ""  # a compiled llguidance grammar the reply must follow; "" = none
     grammar_replay: int = 0  # trailing prompt tokens already generated under the grammar (a resumed stream)
     logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives come back
+    n: int = 1  # choices sampled from one prompt prefill; each takes a place in the die's batch
 
 
 @dataclass(frozen=True)
 class Route:
     """The fixed header at the front of every job: what the dispatcher routes on. `prefix`: a hash of
-    the prompt's leading blocks (pantheon.serve.routing.prefix_key), for cache affinity without a session."""
+    the prompt's leading blocks (pantheon.serve.routing.prefix_key), for cache affinity without a session;
+    `n`: the job's choices, the places it takes on a die."""
 
     slot: int
     session: int
     prefix: int = 0
+    n: int = 1
 
 
 def encode_job(job):
@@ -124,7 +130,7 @@ def encode_job(job):
     think = job.think_ids or (0, 0)
     grammar = job.grammar.encode("utf-8")
     try:
-        head = _ROUTE.pack(job.slot, job.session, prefix_key(job.prompt)) + _JOB.pack(
+        head = _ROUTE.pack(job.slot, job.n, job.session, prefix_key(job.prompt)) + _JOB.pack(
             job.max_tokens, p.top_k, p.repeat_last_n, job.reasoning_budget, p.seed or 0, p.temperature, p.top_p,
             p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, *think, len(job.prompt),
             len(job.stop_ids), len(bias), flags, job.grammar_replay, len(grammar),
@@ -139,7 +145,8 @@ def read_route(body):
     """The routing header alone (the dispatcher forwards the rest unread)."""
     if len(body) < _ROUTE.size:
         raise FrameError(f"SUBMIT body of {len(body)} bytes < its {_ROUTE.size}-byte routing header")
-    return Route(*_ROUTE.unpack_from(body))
+    slot, n, session, prefix = _ROUTE.unpack_from(body)
+    return Route(slot, session, prefix, n)
 
 
 def decode_job(body):
@@ -167,7 +174,7 @@ def decode_job(body):
                             logit_bias=bias, seed=None if flags & _FLAG_RANDOM_SEED else seed)
     return Job(route.slot, tuple(ids[:n_prompt]), max_tokens, params, tuple(ids[n_prompt:n_prompt + n_stop]),
                route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
-               None if logprobs < 0 else logprobs)
+               None if logprobs < 0 else logprobs, route.n)
 
 
 def continuation(job, sent):
@@ -179,41 +186,58 @@ def continuation(job, sent):
 # ---- results and refusals
 
 
-def encode_token(token, scored=None):
-    """TOKENS body: the id (u32), then with logprobs its logprob and the alternatives (id, logprob)."""
-    body = int(token).to_bytes(4, "little")
+def encode_token(token, scored=None, choice=0):
+    """TOKENS body: the id (u32) and its choice (u16), then with logprobs its logprob and the
+    alternatives (id, logprob)."""
+    body = _TOKEN.pack(token, choice)
     if scored is None:
         return body
     return b"".join((body, _SCORE.pack(scored.logprob, len(scored.top)), *(_ALT.pack(t, lp) for t, lp in scored.top)))
 
 
 def decode_token(body):
-    """(token id, TokenLogprob or None) of a TOKENS body."""
-    if len(body) < 4:
-        raise FrameError(f"TOKENS body of {len(body)} bytes < 4")
-    token = int.from_bytes(body[:4], "little")
-    if len(body) == 4:
-        return token, None
-    if len(body) < 4 + _SCORE.size:
+    """(token id, TokenLogprob or None, choice) of a TOKENS body."""
+    if len(body) < _TOKEN.size:
+        raise FrameError(f"TOKENS body of {len(body)} bytes < {_TOKEN.size}")
+    token, choice = _TOKEN.unpack_from(body)
+    if len(body) == _TOKEN.size:
+        return token, None, choice
+    if len(body) < _TOKEN.size + _SCORE.size:
         raise FrameError(f"TOKENS body of {len(body)} bytes holds a partial logprob")
-    logprob, k = _SCORE.unpack_from(body, 4)
-    if len(body) != 4 + _SCORE.size + k * _ALT.size:
+    logprob, k = _SCORE.unpack_from(body, _TOKEN.size)
+    if len(body) != _TOKEN.size + _SCORE.size + k * _ALT.size:
         raise FrameError(f"TOKENS body of {len(body)} bytes does not hold {k} alternatives")
-    top = tuple(_ALT.iter_unpack(body[4 + _SCORE.size:]))
-    return token, TokenLogprob(token, logprob, top)
+    top = tuple(_ALT.iter_unpack(body[_TOKEN.size + _SCORE.size:]))
+    return token, TokenLogprob(token, logprob, top), choice
 
 
-def encode_done(reason, prompt_tokens, cached_tokens, completion_tokens):
-    return _DONE.pack(REASONS.index(reason), prompt_tokens, cached_tokens, completion_tokens)
+def encode_done(reason, prompt_tokens, cached_tokens, completion_tokens, choice=0, final=True):
+    """DONE body: how choice `choice` ended; `final` on the request's last (every choice has ended)."""
+    return _DONE.pack(REASONS.index(reason), bool(final), choice, prompt_tokens, cached_tokens, completion_tokens)
 
 
 def decode_done(body):
+    """(Finished, final) of a DONE body."""
     if len(body) != _DONE.size:
         raise FrameError(f"DONE body of {len(body)} bytes, expected {_DONE.size}")
-    reason, prompt, cached, completion = _DONE.unpack(body)
+    reason, final, choice, prompt, cached, completion = _DONE.unpack(body)
     if reason >= len(REASONS):
         raise FrameError(f"DONE reason {reason} unknown")
-    return Finished(REASONS[reason], prompt, cached, completion)
+    return Finished(REASONS[reason], prompt, cached, completion, choice), bool(final)
+
+
+def encode_cancel(choice=None):
+    """CANCEL body: empty for the whole request, else the one choice to stop."""
+    return b"" if choice is None else _CHOICE.pack(choice)
+
+
+def decode_cancel(body):
+    """The choice a CANCEL body names, or None for the whole request."""
+    if not body:
+        return None
+    if len(body) != _CHOICE.size:
+        raise FrameError(f"CANCEL body of {len(body)} bytes, expected 0 or {_CHOICE.size}")
+    return _CHOICE.unpack(body)[0]
 
 
 @dataclass(frozen=True)

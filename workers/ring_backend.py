@@ -7,6 +7,7 @@ import queue
 import threading
 import time
 
+from ipc.errors import FrameError
 from ipc.mux import Mux
 from pantheon.serve import core
 from pantheon.serve.metrics import pressure_lines
@@ -50,8 +51,10 @@ class RingStream:
         self.backend, self.job = backend, job
         self.rid = None
         self.events = queue.Queue()
-        self.sent = []  # token ids delivered to the client, in order
-        self.offset = 0  # tokens delivered before the current attempt
+        self.sent = [[] for _ in range(job.n)]  # per choice: token ids delivered to the client, in order
+        self.finished = set()  # choices whose DONE was delivered
+        self.stopped = set()  # choices cancelled alone
+        self.offset = 0  # tokens delivered before the current attempt (n = 1: the continuation's start)
         self.deaths = 0  # worker deaths this request was in flight at
         self.recover_until = None
         self.cancelled = False
@@ -63,11 +66,11 @@ class RingStream:
         """(Re)send the job under a fresh request id: the prompt extended by what was already sent."""
         self.backend.forget(self.rid)
         self.ended = False
-        job = protocol.continuation(self.job, self.sent) if self.sent else self.job
+        job = protocol.continuation(self.job, self.sent[0]) if self.sent[0] else self.job
         payload = protocol.encode_job(job)  # before registering: a job the codec refuses leaves nothing behind
         self.rid = self.backend.new_id()
         self.backend.register(self.rid, self)
-        self.offset = len(self.sent)
+        self.offset = len(self.sent[0])
         try:
             self.backend.send(Kind.SUBMIT, self.rid, payload)
         except BaseException:
@@ -119,6 +122,10 @@ class RingStream:
         code = protocol.decode_error(bytes(msg.payload)).code
         if code == ErrorCode.WORKER_DIED:
             self.deaths += 1
+            if not self._resumable():
+                self.backend.forget(self.rid)
+                raise GenerationFailed(f"the worker running this request died after its {self.job.n} choices had "
+                                       f"started; a request with n > 1 is resumed only before its first token")
         if code == ErrorCode.WORKER_DIED and self.deaths < MAX_DEATHS and not self.cancelled:
             self.recover_until = time.monotonic() + RECOVER_S
         elif not (code == ErrorCode.UNAVAILABLE and self.recover_until and time.monotonic() < self.recover_until):
@@ -132,36 +139,71 @@ class RingStream:
         """Resumable (every message is taken off the queue one at a time), so a consumer that stops at
         a stop string and iterates again still receives the DONE behind it. The request id is
         forgotten only at its end, never when an iterator is dropped."""
-        while True:
+        while len(self.finished) < self.job.n:
             msg = self._next()
             if msg.kind == Kind.TOKENS:
-                seq = self.offset + msg.seq
-                if seq == len(self.sent):
-                    token, scored = protocol.decode_token(bytes(msg.payload))
-                    self.sent.append(token)
-                    yield Tokens((token,), seq, () if scored is None else (scored,))
+                token, scored, choice = protocol.decode_token(bytes(msg.payload))
+                seq = msg.seq + (self.offset if choice == 0 else 0)
+                if choice < self.job.n and seq == len(self.sent[choice]):
+                    self.sent[choice].append(token)
+                    yield Tokens((token,), seq, () if scored is None else (scored,), choice)
             elif msg.kind == Kind.ACCEPTED:
                 self._note_replica(msg)
             elif msg.kind == Kind.DONE:
+                yield from self._done(msg)
+            elif msg.kind == Kind.ERROR and self._all_sent():
                 self.backend.forget(self.rid)
-                done = protocol.decode_done(bytes(msg.payload))
-                yield Finished(done.reason, len(self.job.prompt), done.cached_tokens, len(self.sent))
-                return
-            elif msg.kind == Kind.ERROR and len(self.sent) >= self.job.max_tokens:
-                self.backend.forget(self.rid)
-                yield Finished("length", len(self.job.prompt), 0, len(self.sent))  # died after the last token
-                return
+                yield from self._end_all("length")  # died after the last token
             elif msg.kind == Kind.ERROR and not self._recover(msg):
                 self.backend.forget(self.rid)
                 raise _refusal(msg)
 
-    def cancel(self):
-        """Stop the generation; the request id is forgotten once its DONE has arrived (see the pump)."""
-        if not self.cancelled:
-            self.cancelled = True
-            self.backend.send(Kind.CANCEL, self.rid, b"")
-            if self.ended:
-                self.backend.forget(self.rid)
+    def _done(self, msg):
+        done, final = protocol.decode_done(bytes(msg.payload))
+        if final:
+            self.backend.forget(self.rid)
+        if done.choice < self.job.n and done.choice not in self.finished:
+            self.finished.add(done.choice)
+            yield Finished(done.reason, len(self.job.prompt), done.cached_tokens, len(self.sent[done.choice]),
+                           done.choice)
+        if final:
+            yield from self._end_all("abort")  # a choice the die never reported (it ended unstarted)
+
+    def _end_all(self, reason):
+        for choice in range(self.job.n):
+            if choice not in self.finished:
+                self.finished.add(choice)
+                yield Finished(reason, len(self.job.prompt), 0, len(self.sent[choice]), choice)
+
+    def _all_sent(self):
+        """Every choice still running has delivered max_tokens: a death now lost nothing."""
+        return all(len(self.sent[c]) >= self.job.max_tokens for c in range(self.job.n) if c not in self.finished)
+
+    def _resumable(self):
+        """One choice resumes as a continuation of what it sent; several only before any was sent."""
+        return self.job.n == 1 or not (self.finished or any(self.sent))
+
+    def cancel(self, choice=None):
+        """Stop the generation (or one choice of it); the request id is forgotten once its final DONE has
+        arrived (see the pump)."""
+        if self.cancelled or (choice is not None and (choice in self.stopped or choice in self.finished)):
+            return
+        if choice is not None and self.job.n > 1:
+            self.stopped.add(choice)
+            self.backend.send(Kind.CANCEL, self.rid, protocol.encode_cancel(choice))
+            return
+        self.cancelled = True
+        self.backend.send(Kind.CANCEL, self.rid, b"")
+        if self.ended:
+            self.backend.forget(self.rid)
+
+
+def _final(msg):
+    """Whether a DONE frame ends its request (a malformed one does: the stream reports the error)."""
+    try:
+        return protocol.decode_done(bytes(msg.payload))[1]
+    except FrameError:
+        return True
 
 
 def _refusal(msg):
@@ -221,7 +263,7 @@ class RingBackend:
             if stream is None:
                 continue
             stream.events.put(msg)
-            if msg.kind in (Kind.DONE, Kind.ERROR):
+            if msg.kind == Kind.ERROR or (msg.kind == Kind.DONE and _final(msg)):
                 stream.ended = True
                 if stream.cancelled:  # nobody will read further: drop the registration now
                     self.forget(msg.request_id)
@@ -314,4 +356,4 @@ def _open_served(rec, template=None):
     weights touched); `template` (--chat-template) overrides the model's."""
     tok, meta, cfg = open_text(text(rec["path"]), text(rec["config"]) or None)
     n_ctx = context_size(int(rec["ctx_cap"]), cfg.n_ctx_train)
-    return core.served_model(text(rec["name"]), meta, n_ctx, tok, template)
+    return core.served_model(text(rec["name"]), meta, n_ctx, tok, template, int(rec["batch_slots"]))

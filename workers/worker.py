@@ -123,7 +123,7 @@ class DieWorker:
         elif msg.kind == Kind.CANCEL:
             slot = self.owner.get(msg.request_id)
             if slot is not None:
-                self.engines[slot].abort(msg.request_id)
+                self.engines[slot].abort(msg.request_id, _cancelled_choice(msg))
         elif msg.kind == Kind.LOAD_SLOT:
             self._load([protocol.decode_slot(bytes(msg.payload))[0]], self.threads)
         elif msg.kind == Kind.UNLOAD_SLOT:
@@ -152,7 +152,8 @@ class DieWorker:
                 raise KeyError(f"model slot {job.slot} is not loaded on this die")
             engine.add(Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
                                session=job.session or None, reasoning_budget=job.reasoning_budget,
-                               think_ids=job.think_ids, constraint=_constraint(engine, job), logprobs=job.logprobs))
+                               think_ids=job.think_ids, constraint=_constraint(engine, job), logprobs=job.logprobs,
+                               n=job.n))
         except (PantheonError, FrameError, KeyError, ValueError) as e:
             self._fail(msg.request_id, ErrorCode.BAD_REQUEST, str(e))
             return
@@ -169,14 +170,18 @@ class DieWorker:
         for ev in events:
             out = self.to_front[protocol.front_of(ev.id)]
             if isinstance(ev, TokenEvent):
-                out.send(Kind.TOKENS, ev.id, ev.index, protocol.encode_token(ev.token, ev.logprob), timeout=5.0)
+                out.send(Kind.TOKENS, ev.id, ev.index, protocol.encode_token(ev.token, ev.logprob, ev.choice),
+                         timeout=5.0)
                 continue
             if ev.reason == "error":
                 self._fail(ev.id, ErrorCode.INTERNAL, ev.message or "the engine failed on this request")
                 self._release(ev.id)
                 continue
-            body = protocol.encode_done(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens)
+            body = protocol.encode_done(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens,
+                                        ev.choice, ev.final)
             out.send(Kind.DONE, ev.id, ev.completion_tokens, body, timeout=5.0)
+            if not ev.final:
+                continue  # other choices of the request still run: its place on the die is not free yet
             self.to_sup.send(Kind.DONE, ev.id, 0, body, timeout=5.0)
             self._release(ev.id)
             self.rec["completed"] += 1
@@ -211,6 +216,14 @@ def worker_main(layout, die_index, die, slots, ops=None):
     except Exception:
         traceback.print_exc()
         return 1
+
+
+def _cancelled_choice(msg):
+    """The choice a CANCEL stops; a body that does not parse stops the whole request (it was cancelled)."""
+    try:
+        return protocol.decode_cancel(bytes(msg.payload))
+    except FrameError:
+        return None
 
 
 def _constraint(engine, job):

@@ -140,7 +140,7 @@ class Engine:
         self.running = OrderedDict()  # (request id, choice) -> _Sequence
         self.store = PrefixStore(config.max_sessions)
         self.prefilled = 0  # prompt tokens run through the model (not those served from a cache or a fork)
-        self._aborted = set()
+        self._aborted = set()  # (request id, choice), choice None for every choice of the request
 
     def add(self, req):
         """Queue `req`; EngineError (nothing queued) when it cannot fit or repeats a live id."""
@@ -160,9 +160,11 @@ class Engine:
         Sampler(req.params, self.model.config.n_vocab)
         self.waiting.append(req)
 
-    def abort(self, req_id):
-        """End `req_id` at the next step with reason "abort"; unknown ids are ignored."""
-        self._aborted.add(req_id)
+    def abort(self, req_id, choice=None):
+        """End `req_id` (only its choice `choice`, when given) at the next step with reason "abort";
+        unknown ids are ignored, and so is a choice that has not started (its request is still queued or
+        prefilling): the caller drops that choice's tokens instead."""
+        self._aborted.add((req_id, choice))
 
     def drop_cached(self):
         """Memory pressure: every kept cache that no running sequence uses goes."""
@@ -182,10 +184,10 @@ class Engine:
 
     def _reap_aborted(self):
         events = []
-        for req in [r for r in self.waiting if r.id in self._aborted]:
+        for req in [r for r in self.waiting if (r.id, None) in self._aborted]:
             self.waiting.remove(req)
             events += [DoneEvent(req.id, "abort", len(req.prompt), 0, 0, "", i, i == req.n - 1) for i in range(req.n)]
-        for key in [k for k in self.running if k[0] in self._aborted]:
+        for key in [k for k in self.running if (k[0], None) in self._aborted or k in self._aborted]:
             events += self._finish(self.running[key], "abort")
         self._aborted.clear()
         return events

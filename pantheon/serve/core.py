@@ -1,18 +1,19 @@
 """What every Backend does the same way: open a served model, admit a request, build it, report health."""
 
 from pantheon.errors import EngineError
-from pantheon.serve.http.backend import ContextOverBudget, ServedModel
+from pantheon.serve.http.backend import ContextOverBudget, ServedModel, TooManyChoices
 from pantheon.text.prompting import PromptBuilder
 
 THINK_TAGS = ("<think>", "</think>")
 
 
-def served_model(name, metadata, n_ctx, tokenizer, template=None):
+def served_model(name, metadata, n_ctx, tokenizer, template=None, max_choices=1):
     """The front's view of one model: tokenizer, chat prompts (`metadata` as the chat template reads it;
-    `template`, --chat-template, overrides the model's), context and think tags."""
+    `template`, --chat-template, overrides the model's), context, think tags and the most choices (n)
+    one request may take (the sequences its engine decodes together)."""
     ids = tuple(tokenizer.token_to_id.get(t) for t in THINK_TAGS)
     return ServedModel(name, tokenizer, PromptBuilder(tokenizer, metadata, template_source=template), n_ctx,
-                       ids if None not in ids else ())
+                       ids if None not in ids else (), max(1, max_choices))
 
 
 def admit(served, request):
@@ -23,6 +24,9 @@ def admit(served, request):
                           f"got {n} tokens and max_tokens={request.max_tokens}")
     if n + 1 > n_ctx:
         raise ContextOverBudget(f"prompt of {n} tokens leaves no room to generate in a context of {n_ctx}", n, n_ctx)
+    if not 1 <= request.n <= served.max_choices:
+        raise TooManyChoices(f"n={request.n}: model {served.name} runs at most {served.max_choices} choices per "
+                             f"request (the sequences it decodes together: --batch-slots)")
     request.sampling.validate(served.tokenizer.n_vocab)
 
 
@@ -31,7 +35,7 @@ def generation(request, served, default_budget=0):
     share them): the model's --reasoning-budget applies when the request sets none."""
     return dict(prompt=tuple(request.prompt), max_tokens=request.max_tokens, params=request.sampling,
                 stop_ids=tuple(sorted(request.stop_ids)), reasoning_budget=request.reasoning_budget or default_budget,
-                think_ids=served.think_ids, logprobs=request.logprobs)
+                think_ids=served.think_ids, logprobs=request.logprobs, n=request.n)
 
 
 def health(models, dies=None, draining=False, pressure=None):

@@ -27,6 +27,8 @@ class LocalStream:
         self.events = queue.Queue()
         self.started = None  # monotonic time the engine admitted it
         self._cancelled = False
+        self._stopped = set()  # choices cancelled alone
+        self._ended = 0  # choices whose Finished was handed out
         self._done = False
         self._backlog = deque()
 
@@ -44,24 +46,31 @@ class LocalStream:
             yield self._next_event()
 
     def _next_event(self):
-        """Consecutive token events become one Tokens, so a slow reader catches up in one go."""
+        """Consecutive token events of one choice become one Tokens, so a slow reader catches up in one go."""
         item = self._backlog.popleft()
         if isinstance(item, Tokens):
             ids, scores = list(item.ids), list(item.logprobs)
-            while self._backlog and isinstance(self._backlog[0], Tokens):
+            while self._backlog and isinstance(self._backlog[0], Tokens) and self._backlog[0].choice == item.choice:
                 more = self._backlog.popleft()
                 ids += more.ids
                 scores += more.logprobs
-            return Tokens(tuple(ids), item.seq, tuple(scores))
-        self._done = True
+            return Tokens(tuple(ids), item.seq, tuple(scores), item.choice)
         if isinstance(item, Exception):
+            self._done = True
             raise item
+        self._ended += 1
+        self._done = self._ended == self.request.n
         return item
 
-    def cancel(self):
-        if not self._cancelled:
+    def cancel(self, choice=None):
+        if self._cancelled or choice in self._stopped:
+            return
+        if choice is None or self.request.n == 1:
             self._cancelled = True
-            self.runner.commands.put(("cancel", self))
+            self.runner.commands.put(("cancel", (self, None)))
+        else:
+            self._stopped.add(choice)
+            self.runner.commands.put(("cancel", (self, choice)))
 
 
 class _Runner:
@@ -70,7 +79,8 @@ class _Runner:
     def __init__(self, name, model, config, max_concurrent, max_queue, recorder, template=None):
         self.name, self.model, self.config = name, model, config
         self.max_concurrent, self.max_queue, self.recorder = max_concurrent, max_queue, recorder
-        self.served = core.served_model(name, model.chat_metadata, config.n_ctx, model.tokenizer, template)
+        self.served = core.served_model(name, model.chat_metadata, config.n_ctx, model.tokenizer, template,
+                                        min(config.max_batch, max_concurrent))
         self.commands = queue.Queue()
         self.state = "loaded"
         self.reason = ""  # why the model failed, for /health and /v1/models
@@ -92,10 +102,10 @@ class _Runner:
         with self._lock:
             if self.state != "loaded":
                 raise Unavailable(f"model {self.name} is {self.state}", retry_after=5.0)
-            if self._load >= self.max_concurrent + self.max_queue:
+            if self._load + req.n > self.max_concurrent + self.max_queue:
                 raise Overloaded(f"model {self.name} is at capacity: {self.max_concurrent} running, "
                                  f"{self.max_queue} waiting", self.retry_after())
-            self._load += 1
+            self._load += req.n  # each choice takes a place
             self._start_thread()
             self.commands.put(("submit", stream))
         self.recorder.queue_depth(self.name, max(0, self._load - self.max_concurrent))
@@ -138,32 +148,43 @@ class _Runner:
 
     def _take_commands(self, engine, pending, active):
         """Apply queued commands; block only when there is nothing to step. False on stop."""
-        block = not engine.has_work and not (pending and len(active) < self.max_concurrent)
+        block = not engine.has_work and not (pending and self._fits(pending[0], active))
         while True:
             try:
-                kind, stream = self.commands.get(block=block)
+                kind, item = self.commands.get(block=block)
             except queue.Empty:
                 return True
             block = False
             if kind == "stop":
                 return False
             if kind == "submit":
-                pending.append(stream)
-            elif stream in pending:
-                pending.remove(stream)
-                stream.events.put(Finished("abort", len(stream.request.prompt), 0, 0))
-                self._finished(None, "abort")
-            elif stream.request.id in active:
-                engine.abort(stream.request.id)
+                pending.append(item)
+            else:
+                self._cancel(engine, pending, active, *item)
+
+    def _cancel(self, engine, pending, active, stream, choice):
+        """A queued request leaves the queue when the whole of it is cancelled; a running one is aborted
+        (one choice of it, or all); one choice of a queued request runs and its tokens are dropped."""
+        if stream in pending and choice is None:
+            pending.remove(stream)
+            for i in range(stream.request.n):
+                stream.events.put(Finished("abort", len(stream.request.prompt), 0, 0, i))
+            self._finished(None, "abort", stream.request.n)
+        elif stream.request.id in active:
+            engine.abort(stream.request.id, choice)
+
+    def _fits(self, stream, active):
+        """Whether `stream`'s choices fit beside the running ones (each choice takes a place)."""
+        return sum(s.request.n for s in active.values()) + stream.request.n <= self.max_concurrent
 
     def _admit(self, engine, pending, active):
-        while pending and len(active) < self.max_concurrent:
+        while pending and self._fits(pending[0], active):
             stream = pending.popleft()
             try:
                 engine.add(stream.request)
             except EngineError as exc:
                 stream.events.put(GenerationFailed(f"the engine refused the request: {exc}"))
-                self._finished(None, "error")
+                self._finished(None, "error", stream.request.n)
                 continue
             stream.started = time.monotonic()
             active[stream.request.id] = stream
@@ -175,20 +196,23 @@ class _Runner:
             if stream is None:
                 continue
             if not isinstance(ev, DoneEvent):
-                stream.events.put(Tokens((ev.token,), ev.index, () if ev.logprob is None else (ev.logprob,)))
+                stream.events.put(Tokens((ev.token,), ev.index, () if ev.logprob is None else (ev.logprob,),
+                                         ev.choice))
                 continue
-            del active[ev.id]
             if ev.reason == "error":
                 stream.events.put(GenerationFailed(ev.message or "generation failed"))
             else:
-                stream.events.put(Finished(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens))
-            self._finished(stream.started, ev.reason)
+                stream.events.put(Finished(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens,
+                                           ev.choice))
+            if ev.final:
+                del active[ev.id]
+                self._finished(stream.started, ev.reason, stream.request.n)
         self.stats["running"] = len(active)
         self.recorder.in_flight(self.name, len(active))
 
-    def _finished(self, started, reason):
+    def _finished(self, started, reason, places=1):
         with self._lock:
-            self._load -= 1
+            self._load -= places
             if started is not None and reason in ("stop", "length"):
                 took = time.monotonic() - started
                 mean = self.mean_service_s
@@ -212,7 +236,7 @@ class _Runner:
                     pending.append(stream)
         for stream in list(pending) + list(active.values()):
             stream.events.put(error)
-            self._finished(None, "error")
+            self._finished(None, "error", stream.request.n)
         pending.clear()
         active.clear()
         self._gauges(pending, active)

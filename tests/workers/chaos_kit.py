@@ -67,13 +67,15 @@ def _event(out, data):
     out.finishes.append(choice.get("finish_reason"))
 
 
-def stream(base_url, start, n, timeout=120, on_open=None):
-    """POST a streaming completion of prompt [start]; read it to the end and return its Outcome."""
+def stream(base_url, start, n, timeout=120, on_open=None, extra=None):
+    """POST a streaming completion of prompt [start] (more body fields in `extra`); read it to the end and
+    return its Outcome."""
     out = Outcome(start, n, began=time.monotonic())
     conn = http.client.HTTPConnection(base_url.split("//")[1], timeout=timeout)
     try:
         conn.request("POST", "/v1/completions", json.dumps({
-            "model": "count", "prompt": [start], "max_tokens": n, "temperature": 0, "stream": True}),
+            "model": "count", "prompt": [start], "max_tokens": n, "temperature": 0, "stream": True,
+            **(extra or {})}),
             {"Content-Type": "application/json"})
         resp = conn.getresponse()
         out.status, out.replica = resp.status, resp.getheader("X-Pantheon-Replica") or ""

@@ -45,7 +45,7 @@ SAMPLING = {
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).
 REQUEST_TO_JOB = {"model": "slot", "prompt": "prompt", "max_tokens": "max_tokens", "sampling": "params",
                   "stop_ids": "stop_ids", "session": "session", "reasoning_budget": "reasoning_budget",
-                  "grammar": "grammar", "logprobs": "logprobs"}
+                  "grammar": "grammar", "logprobs": "logprobs", "n": "n"}
 
 jobs = st.builds(
     Job,
@@ -60,6 +60,7 @@ jobs = st.builds(
     grammar=st.text(max_size=200),
     grammar_replay=st.integers(0, 2**62),
     logprobs=st.one_of(st.none(), st.integers(0, 20)),
+    n=st.integers(1, 2**16 - 1),
 )
 
 
@@ -78,7 +79,7 @@ def test_job_round_trip_keeps_every_field(job):
     body = protocol.encode_job(job)
     back = protocol.decode_job(body)
     assert back == job
-    assert protocol.read_route(body) == protocol.Route(job.slot, job.session, prefix_key(job.prompt))
+    assert protocol.read_route(body) == protocol.Route(job.slot, job.session, prefix_key(job.prompt), job.n)
 
 
 @settings(max_examples=50, deadline=None)
@@ -93,9 +94,9 @@ def test_a_truncated_or_padded_job_is_refused(job, data):
 
 
 def test_the_route_is_read_from_the_header_alone():
-    job = Job(513, tuple(range(40)), 9, SamplingParams(repeat_last_n=7), session=2**63 + 5)
+    job = Job(513, tuple(range(40)), 9, SamplingParams(repeat_last_n=7), session=2**63 + 5, n=3)
     head = protocol.encode_job(job)[:24]
-    assert protocol.read_route(head) == protocol.Route(513, 2**63 + 5, prefix_key(tuple(range(32))))
+    assert protocol.read_route(head) == protocol.Route(513, 2**63 + 5, prefix_key(tuple(range(32))), 3)
     with pytest.raises(FrameError):
         protocol.read_route(head[:23])
 
@@ -135,9 +136,13 @@ def test_error_body_checks():
 
 
 def test_done_accepted_and_slot_bodies():
-    assert protocol.decode_done(protocol.encode_done("length", 10, 4, 20)) == Finished("length", 10, 4, 20)
+    assert protocol.decode_done(protocol.encode_done("length", 10, 4, 20)) == (Finished("length", 10, 4, 20), True)
+    assert protocol.decode_done(protocol.encode_done("stop", 10, 4, 2, choice=3, final=False)) == (
+        Finished("stop", 10, 4, 2, choice=3), False)
     with pytest.raises(FrameError):
         protocol.decode_done(b"\x07" + b"\0" * 15)
+    with pytest.raises(FrameError):
+        protocol.decode_done(protocol.encode_done("stop", 1, 0, 1)[:-1])
     assert protocol.decode_accepted(protocol.encode_accepted(protocol.QUEUED)) == protocol.QUEUED
     assert protocol.decode_slot(protocol.encode_slot(3, "failed: no")) == (3, "failed: no")
     assert protocol.decode_slot(protocol.encode_slot(3)) == (3, "")
@@ -161,14 +166,21 @@ SCORED = st.builds(TokenLogprob, U32, logprob, st.lists(st.tuples(U32, logprob),
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.none() | SCORED)
-def test_token_round_trip_keeps_its_logprobs(scored):
+@given(st.none() | SCORED, st.integers(0, 2**16 - 1))
+def test_token_round_trip_keeps_its_logprobs_and_choice(scored, choice):
     token = 7 if scored is None else scored.token
-    assert protocol.decode_token(protocol.encode_token(token, scored)) == (token, scored)
+    assert protocol.decode_token(protocol.encode_token(token, scored, choice)) == (token, scored, choice)
+
+
+def test_cancel_names_the_whole_request_or_one_choice():
+    assert protocol.decode_cancel(protocol.encode_cancel()) is None
+    assert protocol.decode_cancel(protocol.encode_cancel(2)) == 2
+    with pytest.raises(FrameError):
+        protocol.decode_cancel(b"\x01\x00\x00")
 
 
 def test_a_token_body_cut_short_is_a_frame_error():
     body = protocol.encode_token(5, TokenLogprob(5, -0.5, ((5, -0.5), (9, -1.25))))
-    for cut in (3, 5, len(body) - 1):
+    for cut in (3, 5, 7, len(body) - 1):
         with pytest.raises(FrameError):
             protocol.decode_token(body[:cut])

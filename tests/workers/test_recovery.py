@@ -206,9 +206,10 @@ def test_a_killed_supervisor_takes_every_child_and_the_next_start_is_clean(serve
     assert again.stop() == 0 and owned_entries(again.proc.pid) == []
 
 
-def _stream_in_thread(server, start_id, n, on_open=None):
+def _stream_in_thread(server, start_id, n, on_open=None, extra=None):
     box = {}
-    thread = threading.Thread(target=lambda: box.update(out=stream(server.url, start_id, n, on_open=on_open)))
+    thread = threading.Thread(target=lambda: box.update(out=stream(server.url, start_id, n, on_open=on_open,
+                                                                   extra=extra)))
     thread.start()
     return thread, box
 
@@ -256,6 +257,24 @@ def test_poison_pill_a_request_at_two_worker_deaths_ends_with_an_error(servers, 
     out = box["out"]
     assert out.status == 200 and len(out.errors) == 1 and out.dones == 1, out
     assert "poison-pill" in out.errors[0]["message"], out.errors
+    assert wait_for(lambda: all_up(srv), 30), dies(srv)
+    assert_serves(srv, oracle)
+
+
+def test_a_worker_death_after_several_choices_started_ends_them_with_a_clear_error(servers, model, oracle):
+    """n > 1 resumes only before its first token: after, every choice ends with one error event."""
+    srv = start(servers, model)
+    killed = {}
+
+    def kill(out):
+        killed["pid"] = dies(srv)[out.replica]["pid"]
+        os.kill(killed["pid"], signal.SIGKILL)
+
+    thread, box = _stream_in_thread(srv, 900, 1500, on_open=kill, extra={"n": 2})
+    thread.join(60)
+    out = box["out"]
+    assert out.status == 200 and len(out.errors) == 1 and out.dones == 1, out
+    assert "n > 1 is resumed only before its first token" in out.errors[0]["message"], out.errors
     assert wait_for(lambda: all_up(srv), 30), dies(srv)
     assert_serves(srv, oracle)
 

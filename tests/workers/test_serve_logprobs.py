@@ -1,4 +1,5 @@
-"""logprobs, n_probs and lists of prompts through pantheon-serve: ids and numbers over the rings, text in the front."""
+"""logprobs, n_probs, n choices and lists of prompts through pantheon-serve: ids and numbers over the rings,
+text in the front."""
 
 import json
 import urllib.request
@@ -87,3 +88,48 @@ def test_native_n_probs_over_the_rings(server):
     assert [p["id"] for p in probs] == tokens
     np.testing.assert_allclose([p["logprob"] for p in probs], [ref[i, t] for i, t in enumerate(tokens)], atol=TOL)
     assert [p["top_logprobs"][0]["id"] for p in probs] == [int(r.argmax()) for r in ref]
+
+
+HOT = dict(temperature=100.0, top_p=1.0, seed=11, logit_bias=NO_EOS, extra_body={"top_k": 0, "min_p": 0.0})
+
+
+def alone(seed, n):
+    """What one choice with `seed` gives by itself, from an in-process engine (the reference)."""
+    model = pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
+    engine = Engine(model, EngineConfig(n_ctx=64))
+    engine.add(Request(1, tuple(PROMPT), n, SamplingParams(temperature=100.0, top_k=0, top_p=1.0, min_p=0.0,
+                                                           seed=seed, logit_bias={2: -100.0})))
+    out = []
+    while engine.has_work:
+        out += [e.token for e in engine.step() if isinstance(e, TokenEvent)]
+    return model.tokenizer.decode(out)
+
+
+def test_n_choices_over_the_rings_are_each_seeds_own(client):
+    out = client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=5, n=3, **HOT)
+    assert [c.index for c in out.choices] == [0, 1, 2]
+    assert [c.text for c in out.choices] == [alone(HOT["seed"] + i, 5) for i in range(3)]
+    assert len({c.text for c in out.choices}) == 3
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (len(PROMPT), 15)
+    text = {0: "", 1: "", 2: ""}
+    for chunk in client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=5, n=3, stream=True, **HOT):
+        for c in chunk.choices:
+            text[c.index] += c.text
+    assert [text[i] for i in range(3)] == [c.text for c in out.choices]
+
+
+def test_a_stop_string_over_the_rings_ends_only_its_choice(client):
+    first = [c.text for c in client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=12, n=2,
+                                                           **HOT).choices]
+    cut = next((i for i in range(1, len(first[0])) if first[0][i:i + 2].strip()
+                and first[0][i:i + 2] not in first[1]), None)
+    if cut is None:
+        pytest.skip(f"no stop string of choice 0 absent from choice 1 in {first!r}")
+    again = client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=12, n=2, stop=[first[0][cut:cut + 2]],
+                                      **HOT)
+    assert [(c.text, c.finish_reason) for c in again.choices] == [(first[0][:cut], "stop"), (first[1], "length")]
+
+
+def test_more_choices_than_the_die_decodes_together_is_a_400(client):
+    with pytest.raises(openai.BadRequestError, match="at most 4 choices"):
+        client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=2, n=5)

@@ -14,6 +14,7 @@ class BackendError(PantheonError):
     type = "server_error"
     code = "internal_error"
     retry_after: Optional[float] = None
+    param: Optional[str] = None  # the request field at fault, where one is
     extra: dict = {}  # more members of the error object (llama-server's n_prompt_tokens, n_ctx)
 
 
@@ -29,6 +30,13 @@ class ContextOverBudget(BackendError):
     def __init__(self, message, n_prompt_tokens=None, n_ctx=None):
         super().__init__(message)
         self.extra = {} if n_ctx is None else {"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx}
+
+
+class TooManyChoices(BackendError):
+    """n asks for more choices than the model decodes together."""
+
+    status, type, code = 400, "invalid_request_error", "invalid_value"
+    param = "n"
 
 
 class Overloaded(BackendError):
@@ -66,6 +74,7 @@ class ServedModel:
     prompts: object  # pantheon.text.prompting.PromptBuilder
     n_ctx: int  # the --ctx-cap (or the engine's context): prompt + max_tokens must fit
     think_ids: tuple = ()  # (open, close) token ids of <think> ... </think> when the vocabulary has them
+    max_choices: int = 1  # the most choices (n) one request may ask for: the sequences the model decodes together
 
 
 @dataclass(frozen=True)
@@ -91,16 +100,18 @@ class GenerationRequest:
     reasoning_budget: int = 0
     grammar: Optional[str] = None  # a compiled llguidance grammar (pantheon.text.grammar.compile_spec)
     logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives
+    n: int = 1  # choices sampled from one prompt prefill (choice i with seed + i)
 
 
 @dataclass(frozen=True)
 class Tokens:
-    """New token ids of one request, in order (seq = index of the first one); with logprobs asked for,
-    one pantheon.engine.logprobs.TokenLogprob per id, else ()."""
+    """New token ids of one choice of a request, in order (seq = index of the first one in that
+    choice); with logprobs asked for, one pantheon.engine.logprobs.TokenLogprob per id, else ()."""
 
     ids: tuple
     seq: int
     logprobs: tuple = ()
+    choice: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,15 +120,18 @@ class Finished:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    choice: int = 0  # a stream of n choices ends after n Finished, one per choice
 
 
 class Stream(Protocol):
-    """Events of one generation; iterating may raise BackendError (e.g. GenerationFailed)."""
+    """Events of one generation, its choices interleaved; iterating may raise BackendError (e.g.
+    GenerationFailed). Iteration is resumable: a consumer that stops and iterates again gets the rest."""
 
     def __iter__(self) -> Iterator[Union[Tokens, Finished]]: ...
 
-    def cancel(self) -> None:
-        """Stop the generation (client gone, stop string matched); idempotent, never raises."""
+    def cancel(self, choice=None) -> None:
+        """Stop the generation, or only its choice `choice` (a stop string matched there); each choice
+        still ends with a Finished. Idempotent, never raises."""
 
 
 class Backend(Protocol):

@@ -1,10 +1,13 @@
 """The choices of one response: each its own generation, formatted whole or merged into one event stream."""
 
+import dataclasses
 import queue
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 from pantheon.serve.http import logprobs as shapes_lp
+from pantheon.serve.http.backend import Finished
 
 _END = object()
 
@@ -105,3 +108,96 @@ def _pump(source, inbox):
         inbox.put((None, exc))
         return
     inbox.put((_END, None))
+
+
+def split(stream, n):
+    """One backend stream of `n` choices as `n` streams, one per choice (a single choice: the stream).
+
+    Whoever iterates first reads the backend stream and files each event under its choice; the others
+    wait for theirs. The shared prompt counts once in usage: choices after the first report no prompt
+    or cached tokens, as OpenAI's usage for n > 1 does."""
+    if n == 1:
+        return [stream]
+    shared = _Split(stream, n)
+    return [ChoiceStream(shared, i) for i in range(n)]
+
+
+class _Split:
+    def __init__(self, stream, n):
+        self.stream, self.source = stream, iter(stream)
+        self.inbox = [deque() for _ in range(n)]
+        self.cond = threading.Condition()
+        self.reading = False
+        self.ended = False
+        self.error = None
+        self.cancelled = set()
+
+    def take(self, choice):
+        """The next event of `choice`; None once the backend stream has ended."""
+        with self.cond:
+            while not self.inbox[choice]:
+                if self.error is not None:
+                    raise self.error
+                if self.ended:
+                    return None
+                if not self.reading:
+                    self.reading = True
+                    break
+                self.cond.wait()
+            else:
+                return self.inbox[choice].popleft()
+        self._read()
+        return self.take(choice)
+
+    def _read(self):
+        """One event off the backend stream, filed under its choice (outside the lock: it may block)."""
+        event, error, ended = None, None, False
+        try:
+            event = next(self.source)
+        except StopIteration:
+            ended = True
+        except Exception as exc:  # every choice's reader raises it
+            error = exc
+        with self.cond:
+            self.reading = False
+            self.ended, self.error = self.ended or ended, self.error or error
+            if event is not None:
+                self.inbox[event.choice].append(_counted_once(event))
+            self.cond.notify_all()
+
+    def cancel(self, choice):
+        """Stop one choice; once every choice is stopped the whole request is cancelled."""
+        with self.cond:
+            self.cancelled.add(choice)
+            whole = len(self.cancelled) == len(self.inbox)
+        self.stream.cancel(None if whole else choice)
+
+
+def _counted_once(event):
+    if isinstance(event, Finished) and event.choice > 0:
+        return dataclasses.replace(event, prompt_tokens=0, cached_tokens=0)
+    return event
+
+
+class ChoiceStream:
+    """The events of one choice of a split stream (the Stream protocol, resumable)."""
+
+    def __init__(self, shared, choice):
+        self.shared, self.choice = shared, choice
+        self.finished = False
+
+    @property
+    def replica(self):
+        return getattr(self.shared.stream, "replica", None)
+
+    def __iter__(self):
+        while not self.finished:
+            event = self.shared.take(self.choice)
+            if event is None:
+                return
+            self.finished = isinstance(event, Finished)
+            yield event
+
+    def cancel(self, choice=None):
+        if not self.finished:
+            self.shared.cancel(self.choice)

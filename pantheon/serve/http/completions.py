@@ -1,5 +1,6 @@
 """POST /v1/chat/completions and /v1/completions: validate, build the prompt, generate, answer or stream."""
 
+import copy
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -50,9 +51,12 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     wanted = parsed.max_tokens or default_max_tokens or room
     sampling = SamplingParams(**parsed.sampling)
     sampling.validate(served.tokenizer.n_vocab)
+    if parsed.n > served.max_choices:
+        raise RequestError(f"n: model {served.name} runs at most {served.max_choices} choices per request (the "
+                           f"sequences it decodes together: --batch-slots), got {parsed.n}", param="n")
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
                              frozenset(served.tokenizer.stop_ids), session, grammar=grammar,
-                             logprobs=parsed.logprobs)
+                             logprobs=parsed.logprobs, n=parsed.n)
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,9 @@ class _GenerateResource:
             resp.media = env.body(bodies, total_usage(c.gen.usage for c in picks))
 
     def _start(self, req, served, parsed, started):
-        """Build every prompt first (a bad one starts nothing), then start one generation per choice; a
-        refusal cancels those already started."""
+        """Build every prompt first (a bad one starts nothing), then start one generation per prompt, split
+        into its n choices (choice index = prompt index x n + k, as OpenAI numbers them); a refusal cancels
+        those already started."""
         session = req.get_header(SESSION_HEADER) or parsed.user
         plans = self.prepare(served, parsed)
         spell = None if parsed.logprobs is None else TokenText(served.tokenizer)
@@ -120,10 +125,12 @@ class _GenerateResource:
         picks = []
         try:
             for i, (plan, request) in enumerate(zip(plans, requests)):
-                gen = Generation(self.backend.generate(request), served.tokenizer, parsed.stop,
-                                 disconnect_check(req.env), self.options.recorder, served.name, started,
-                                 self.options.watch)
-                picks.append(choices.Choice(i, gen, plan.output, plan.echo, spell))
+                streams = choices.split(self.backend.generate(request), request.n)
+                for k, stream in enumerate(streams):
+                    gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env),
+                                     self.options.recorder, served.name, started, self.options.watch)
+                    output = plan.output if k == 0 else copy.deepcopy(plan.output)  # a parser per choice
+                    picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell))
         except BaseException:
             for c in picks:
                 c.gen.cancel()

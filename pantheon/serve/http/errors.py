@@ -57,7 +57,7 @@ def _request_error(req, resp, ex, params):
 
 def _backend_error(req, resp, ex, params):
     headers = {} if ex.retry_after is None else {"Retry-After": retry_after_header(ex.retry_after)}
-    _write(resp, ex.status, error_body(str(ex), ex.type, ex.code, **ex.extra), headers)
+    _write(resp, ex.status, error_body(str(ex), ex.type, ex.code, ex.param, **ex.extra), headers)
 
 
 def _pantheon_error(req, resp, ex, params):

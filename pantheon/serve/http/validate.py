@@ -45,6 +45,7 @@ class Parsed:
     response_format: Optional[dict] = None
     echo: bool = False  # completions: the prompt's text leads the answer
     logprobs: Optional[int] = None  # None: no logprobs; k: each token's logprob and its k best alternatives
+    n: int = 1  # choices per prompt, sampled from one prompt prefill
 
 
 def _bad(name, message, code="invalid_type"):
@@ -145,9 +146,18 @@ def stop(name, v):
     return tuple(stops)
 
 
+MAX_CHOICES = 128  # OpenAI's bound on n; a model's own (its --batch-slots) is checked when it is known
+
+
 def n_choices(name, v):
+    return integer(name, v, 1, MAX_CHOICES)
+
+
+def best_of(name, v):
+    """Only best_of=1: ranking extra completions by logprob is not implemented (use n for several)."""
     if integer(name, v) != 1:
-        raise _bad(name, f"only n=1 is supported, got {v}", "unsupported_value")
+        raise _bad(name, f"only best_of=1 is supported, got {v}; ask for several choices with n",
+                   "unsupported_value")
     return 1
 
 
@@ -348,7 +358,7 @@ COMMON = {
 CHAT = dict(COMMON, **CHAT_LENIENT, messages=messages, max_completion_tokens=positive, tools=tools,
             tool_choice=tool_choice, response_format=response_format, reasoning_format=reasoning_format,
             chat_template_kwargs=template_kwargs, logprobs=boolean, top_logprobs=top_logprobs)
-COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=top_logprobs, echo=boolean, best_of=n_choices,
+COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=top_logprobs, echo=boolean, best_of=best_of,
                    suffix=null_only)
 TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
             "with_pieces": boolean}
@@ -400,7 +410,8 @@ def _parsed(values):
                   parallel_tool_calls=values.get("parallel_tool_calls", True),
                   reasoning_format=values.get("reasoning_format"),
                   template_kwargs=values.get("chat_template_kwargs", {}),
-                  response_format=values.get("response_format"), echo=values.get("echo", False))
+                  response_format=values.get("response_format"), echo=values.get("echo", False),
+                  n=values.get("n", 1))
 
 
 def read_json(req, limit):

@@ -223,3 +223,18 @@ def test_n_is_bounded_and_an_abort_ends_every_choice(golden):
     done = [e for e in run(engine) if isinstance(e, DoneEvent)]
     assert sorted((e.choice, e.reason) for e in done) == [(0, "abort"), (1, "abort")]
     assert [e.final for e in done] == [False, True]
+
+
+def test_aborting_one_choice_leaves_the_others_running(golden):
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    engine = Engine(model, EngineConfig(n_ctx=128, max_batch=2))
+    engine.add(Request(1, prompt, max_tokens=12, params=GREEDY, n=2))
+    engine.step()
+    engine.step()
+    engine.abort(1, choice=1)
+    engine.abort(1, choice=5)  # no such choice: ignored
+    events = run(engine)
+    done = [e for e in events if isinstance(e, DoneEvent)]
+    assert [(e.choice, e.reason, e.final) for e in done] == [(1, "abort", False), (0, "length", True)]
+    assert len([e for e in events if isinstance(e, TokenEvent) and e.choice == 0]) >= 10

@@ -115,9 +115,10 @@ def test_a_crashed_engine_fails_its_requests_and_reports_failed():
 def test_a_stream_resumed_after_its_consumer_stopped_still_ends():
     """A consumer that stops right after a Tokens and iterates again gets the Finished queued behind it."""
     from pantheon.serve.http.backend import Finished, Tokens
+    from pantheon.engine.scheduler import Request
     from pantheon.serve.local_backend import LocalStream
 
-    stream = LocalStream(runner=None, engine_request=None)
+    stream = LocalStream(runner=None, engine_request=Request(1, (1, 2, 3)))
     for item in (Tokens((5,), 0), Tokens((6,), 1), Finished("length", 3, 0, 2)):
         stream.events.put(item)
     first = next(iter(stream))

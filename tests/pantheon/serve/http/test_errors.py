@@ -38,7 +38,7 @@ def test_malformed_json_is_400(served):
 @pytest.mark.parametrize("field,value", [
     ("temperature", "hot"), ("max_tokens", 1.5), ("max_tokens", 0), ("stream", "yes"), ("top_k", True),
     ("stop", ["a", "b", "c", "d", "e"]), ("stop", 3), ("logit_bias", {"x": 1}), ("seed", "1"),
-    ("messages", "hello"), ("n", 2), ("logprobs", "yes"), ("response_format", {"type": "xml"}),
+    ("messages", "hello"), ("n", 0), ("logprobs", "yes"), ("response_format", {"type": "xml"}),
     ("tool_choice", "sometimes"), ("top_p", 1.5), ("top_logprobs", 21), ("unknown_knob", 1),
 ])
 def test_bad_or_unknown_field_is_400_naming_it(served, field, value):
