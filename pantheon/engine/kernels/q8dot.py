@@ -20,7 +20,7 @@ from pantheon.engine.kernels.kblocks import QK_K, scale_min_k4
 from pantheon.engine.kernels.q8dot_tiles import q4_0_tiles, q4_k_tiles, q6_k_tiles, q8_0_tiles
 from pantheon.engine.kernels.simd import (bits32, dot4, field, flip_sign, fma_lane, fma_lane2, fma_lanes, fma_scaled,
                                    fma_scaled2, fmadd, fzero, fzero4, half_at, has_vnni, hsum, lane, load4, load32,
-                                   mul, nibbles16, or_shl4, scale_lanes)
+                                   mul, nibbles16, or_shl4, prefetch, scale_lanes, PREFETCH_BYTES)
 
 QK = 32
 Q4_0_BYTES, Q8_0_BYTES, Q4_K_BYTES, Q6_K_BYTES = 18, 34, 144, 210
@@ -77,6 +77,7 @@ def q4_0(raw, xq, xd, xs, out):
                 row = raw[r]  # [row_bytes]
                 acc, off = fzero(), np.float32(0.0)
                 for b in range(nb):
+                    prefetch(row, b * Q4_0_BYTES + PREFETCH_BYTES)
                     d = half_at(row, b * Q4_0_BYTES)
                     dots = dot4(nibbles16(row, b * Q4_0_BYTES + 2), bits32(xi, b * QK, 0, 255))
                     acc = fma_scaled(acc, dots, mul(d, xd[i, b]))
@@ -95,6 +96,7 @@ def q8_0(raw, xq, xd, xs, out):
                 row = raw[r]  # [row_bytes]
                 acc, off = fzero(), np.float32(0.0)
                 for b in range(nb):
+                    prefetch(row, b * Q8_0_BYTES + PREFETCH_BYTES)
                     d = half_at(row, b * Q8_0_BYTES)
                     w = flip_sign(bits32(row, b * Q8_0_BYTES + 2, 0, 255))
                     acc = fma_scaled(acc, dot4(w, bits32(xi, b * QK, 0, 255)), mul(d, xd[i, b]))
@@ -114,6 +116,7 @@ def q4_k(raw, xq, xd, xs, out):
                 acc, mins = fzero(), np.float32(0.0)
                 for b in range(nb):
                     o = b * Q4_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
                     d, dmin = half_at(row, o), half_at(row, o + 2)
                     for j in range(8):
                         sc, m = scale_min_k4(raw, r, o + 4, j)
@@ -137,6 +140,7 @@ def q6_k(raw, xq, xd, xs, out):
                 acc, off = fzero(), np.float32(0.0)
                 for b in range(nb):
                     o = b * Q6_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
                     d = half_at(row, o + 208)
                     for h in range(2):
                         # Each 32-byte load feeds 2 (low bits) or 4 (high bits) quant groups.
@@ -168,6 +172,7 @@ def q4_0_x4(raw, xq, xdt, xst, out):
                 row = raw[r]  # [row_bytes]
                 a0, a1, a2, a3, off = fzero(), fzero(), fzero(), fzero(), fzero4()
                 for b in range(nb):
+                    prefetch(row, b * Q4_0_BYTES + PREFETCH_BYTES)
                     d = half_at(row, b * Q4_0_BYTES)
                     w = nibbles16(row, b * Q4_0_BYTES + 2)
                     s = scale_lanes(load4(xdt[b], i), d)
@@ -193,6 +198,7 @@ def q8_0_x4(raw, xq, xdt, xst, out):
                 row = raw[r]  # [row_bytes]
                 a0, a1, a2, a3, off = fzero(), fzero(), fzero(), fzero(), fzero4()
                 for b in range(nb):
+                    prefetch(row, b * Q8_0_BYTES + PREFETCH_BYTES)
                     d = half_at(row, b * Q8_0_BYTES)
                     w = flip_sign(bits32(row, b * Q8_0_BYTES + 2, 0, 255))
                     s = scale_lanes(load4(xdt[b], i), d)
@@ -230,6 +236,7 @@ def q4_k_x4(raw, xq, xdt, xst, out):
                 a0, a1, a2, a3, mins = fzero(), fzero(), fzero(), fzero(), fzero4()
                 for b in range(nb):
                     o = b * Q4_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
                     d, dmin = half_at(row, o), half_at(row, o + 2)
                     for p in range(4):
                         for h in range(2):
@@ -257,6 +264,7 @@ def q6_k_x4(raw, xq, xdt, xst, out):
                 a0, a1, a2, a3, off = fzero(), fzero(), fzero(), fzero(), fzero4()
                 for b in range(nb):
                     o = b * Q6_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
                     d = half_at(row, o + 208)
                     for h in range(2):
                         hv = load32(row, o + 128 + 32 * h)  # [32] high 2-bit fields

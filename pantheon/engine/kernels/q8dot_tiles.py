@@ -16,8 +16,8 @@ from numba import prange
 from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K, scale_min_k4
 from pantheon.engine.kernels.simd import (bits32, dot4, field, flip_sign, fma_at, fma_at2, fma_lanes, fzero, half_at, hsum,
-                                   interleave8, lane, load8, load32, mul, nibbles16, or_shl4, scale_lanes, store8,
-                                   store32)
+                                   interleave8, lane, load8, load32, mul, nibbles16, or_shl4, prefetch, scale_lanes,
+                                   store8, store32, PREFETCH_BYTES)
 
 QK = 32
 Q4_0_BYTES = GGML_QUANT_SIZES[GGMLQuantizationType.Q4_0][1]
@@ -34,6 +34,7 @@ def _unpack_q4_0(raw, r, q, ds, dm):
     """Row r of Q4_0 -> q u8 [cols] (0..15), ds = dm = d per 32 quants."""
     row = raw[r]  # [row_bytes]
     for b in range(q.shape[0] // QK):
+        prefetch(row, b * Q4_0_BYTES + PREFETCH_BYTES)
         d = half_at(row, b * Q4_0_BYTES)
         ds[b], dm[b] = d, d
         store32(q, b * QK, nibbles16(row, b * Q4_0_BYTES + 2))
@@ -44,6 +45,7 @@ def _unpack_q8_0(raw, r, q, ds):
     """Row r of Q8_0 -> q u8 [cols] (q + 128, vpdpbusd's unsigned side), ds = d per 32 quants."""
     row = raw[r]  # [row_bytes]
     for b in range(q.shape[0] // QK):
+        prefetch(row, b * Q8_0_BYTES + PREFETCH_BYTES)
         ds[b] = half_at(row, b * Q8_0_BYTES)
         store32(q, b * QK, flip_sign(bits32(row, b * Q8_0_BYTES + 2, 0, 255)))
 
@@ -54,6 +56,7 @@ def _unpack_q4_k(raw, r, q, ds, dm):
     row = raw[r]  # [row_bytes]
     for b in range(q.shape[0] // QK_K):
         o = b * Q4_K_BYTES
+        prefetch(row, o + PREFETCH_BYTES)
         d, dmin = half_at(row, o), half_at(row, o + 2)
         for j in range(8):
             sc, m = scale_min_k4(raw, r, o + 4, j)
@@ -68,6 +71,7 @@ def _unpack_q6_k(raw, sc, r, q, s16):
     row = raw[r]  # [row_bytes]
     for b in range(q.shape[0] // QK_K):
         o = b * Q6_K_BYTES
+        prefetch(row, o + PREFETCH_BYTES)
         d = half_at(row, o + 208)
         for h in range(2):
             hv = load32(row, o + 128 + 32 * h)  # [32] high 2-bit fields

@@ -14,7 +14,8 @@ from numba import prange
 from pantheon.engine.kernels.avx2 import i8_scales, izero, k4_scales, kdot, kdot2, mins_lanes, offs_lanes
 from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K
-from pantheon.engine.kernels.simd import field, fma_scaled, fzero, half_at, hsum, load32, mul, or_shl4
+from pantheon.engine.kernels.simd import (PREFETCH_BYTES, field, fma_scaled, fzero, half_at, hsum, load32, mul, or_shl4,
+                                          prefetch)
 
 Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES = 144, 176, 210
 # Rows per prange task: the activations of one vector stay in L1 across the chunk's rows.
@@ -90,6 +91,7 @@ def q4_k(raw, xq, xd, bs16, out):
                 acc = fzero()
                 for b in range(nb):
                     o = b * Q4_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
                     sumi, sc = q4_k_block(row, o, xi, b * QK_K)
                     acc = fma_scaled(acc, sumi, mul(half_at(row, o), xd[i, b]))
                     acc = fma_scaled(acc, mins_lanes(sc, bi, 16 * b), -mul(half_at(row, o + 2), xd[i, b]))
@@ -108,6 +110,7 @@ def q5_k(raw, xq, xd, bs16, out):
                 acc = fzero()
                 for b in range(nb):
                     o = b * Q5_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
                     sumi, sc = q5_k_block(row, o, xi, b * QK_K)
                     acc = fma_scaled(acc, sumi, mul(half_at(row, o), xd[i, b]))
                     acc = fma_scaled(acc, mins_lanes(sc, bi, 16 * b), -mul(half_at(row, o + 2), xd[i, b]))
@@ -126,6 +129,7 @@ def q6_k(raw, xq, xd, bs16, out):
                 acc = fzero()
                 for b in range(nb):
                     o = b * Q6_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
                     sumi, sc = q6_k_block(row, o, xi, b * QK_K)
                     dd = mul(half_at(row, o + 208), xd[i, b])
                     acc = fma_scaled(acc, sumi, dd)

@@ -82,6 +82,26 @@ def half_at(typingctx, ary, off):
     return types.float32(ary, off), codegen
 
 
+# How far ahead of the block being read a kernel asks for weight bytes. Decode streams every weight
+# from DRAM once; without a software prefetch the Q4_0 1-vector kernel waited on memory for more than
+# half its time (0.5-0.8 ms for 5632x2048 vs 0.23 ms from cache; 0.22-0.25 ms with 4096 bytes ahead).
+PREFETCH_BYTES = 4096
+
+
+@intrinsic
+def prefetch(typingctx, ary, off):
+    """Ask for the cache line at byte `off` of a 1-D array's data, for reading soon. `off` may lie past
+    the array's end (the next rows of a weight, or nothing): a prefetch never faults."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
+        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])  # read, keep, data
+        return context.get_dummy_value()
+    return types.none(ary, off), codegen
+
+
 @intrinsic
 def load32(typingctx, ary, off):
     """The 32 bytes at ary[off:] as a vector, for several bit fields cut from one load (`field`)."""

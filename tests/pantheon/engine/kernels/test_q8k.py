@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize
 
-from pantheon.engine.kernels import q8k
+from pantheon.engine.kernels import q8dot, q8k
 from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.matmul import qmatmul
 from pantheon.engine.weights import Weight
@@ -74,11 +74,16 @@ def test_a_vector_gets_the_same_bits_in_any_batch(qtype):
 
 @pytest.mark.parametrize("qtype", TYPES)
 def test_qmatmul_takes_the_integer_path_for_k_quants(qtype):
+    """On a VNNI host Q4_K and Q6_K take q8dot (activations rounded per 32), else q8k (per 256)."""
     rng = np.random.default_rng(3)
     rows, cols = 16, 256
     raw = random_blocks(qtype, rows, cols, rng)
     x = rng.standard_normal((2, cols)).astype(np.float32)  # [2, cols]
     got = qmatmul([Weight("w", int(qtype), rows, cols, raw)], x)[0]  # [2, rows]
-    acts = q8k.activations(x)
-    want = dequantized_acts(acts, cols) @ dequantize(raw, qtype).reshape(rows, cols).astype(np.float64).T
+    if q8dot.supports(qtype):
+        acts = q8dot.Activations(x)
+        xs = (acts.xq.view(np.int8).astype(np.float64).reshape(2, -1, 32) * acts.xd[..., None]).reshape(2, cols)
+    else:
+        xs = dequantized_acts(q8k.activations(x), cols)  # [2, cols]
+    want = xs @ dequantize(raw, qtype).reshape(rows, cols).astype(np.float64).T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
