@@ -1,6 +1,5 @@
 """`pantheon router`: the Router (fleet + HAProxy programming) and its run loop."""
 
-import os
 import shutil
 import signal
 import socket

@@ -11,7 +11,6 @@ import functools
 
 import llvmlite.binding as llb
 from llvmlite import ir
-from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 

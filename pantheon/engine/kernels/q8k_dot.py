@@ -8,7 +8,6 @@ Each vector i and row r is one independent sequence of operations, so a row's re
 depend on the batch; q8k_tiles repeats these operations lane for lane for many vectors.
 """
 
-import numpy as np
 from numba import prange
 
 from pantheon.engine.kernels.avx2 import i8_scales, izero, k4_scales, kdot, kdot2, mins_lanes, offs_lanes

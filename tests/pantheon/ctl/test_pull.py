@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-from gguf import GGUFValueType
 
 from pantheon.ctl import gate, hub
 from pantheon.demo import demo_model_path
