@@ -253,10 +253,15 @@ def test_poison_pill_a_request_at_two_worker_deaths_ends_with_an_error(servers, 
     moved = wait_for(lambda: (lambda d: d["in_flight"] > 0 and d)(dies(srv)[other]), 10, step=0.01)
     assert moved, dies(srv)
     os.kill(moved["pid"], signal.SIGKILL)
+    _ends_with_one_error_then_serves(srv, oracle, thread, box, "poison-pill")
+
+
+def _ends_with_one_error_then_serves(srv, oracle, thread, box, words):
+    """The stream ended with one error event naming `words` and one [DONE]; the dies come back and serve."""
     thread.join(60)
     out = box["out"]
     assert out.status == 200 and len(out.errors) == 1 and out.dones == 1, out
-    assert "poison-pill" in out.errors[0]["message"], out.errors
+    assert words in out.errors[0]["message"], out.errors
     assert wait_for(lambda: all_up(srv), 30), dies(srv)
     assert_serves(srv, oracle)
 
@@ -271,12 +276,7 @@ def test_a_worker_death_after_several_choices_started_ends_them_with_a_clear_err
         os.kill(killed["pid"], signal.SIGKILL)
 
     thread, box = _stream_in_thread(srv, 900, 1500, on_open=kill, extra={"n": 2})
-    thread.join(60)
-    out = box["out"]
-    assert out.status == 200 and len(out.errors) == 1 and out.dones == 1, out
-    assert "n > 1 is resumed only before its first token" in out.errors[0]["message"], out.errors
-    assert wait_for(lambda: all_up(srv), 30), dies(srv)
-    assert_serves(srv, oracle)
+    _ends_with_one_error_then_serves(srv, oracle, thread, box, "n > 1 is resumed only before its first token")
 
 
 def test_unload_then_load_on_a_failed_die_serves_again(servers, model, oracle):
