@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import q8dot, q8k
@@ -74,16 +75,17 @@ def test_a_vector_gets_the_same_bits_in_any_batch(qtype):
 
 @pytest.mark.parametrize("qtype", TYPES)
 def test_qmatmul_takes_the_integer_path_for_k_quants(qtype):
-    """On a VNNI host Q4_K and Q6_K take q8dot (activations rounded per 32), else q8k (per 256)."""
+    """K-quants take q8k (activations rounded per 256, llama.cpp's Q8_K), except Q4_K where the VNNI
+    kernels run (q8dot, per 32; see kernels/matmul.py)."""
     rng = np.random.default_rng(3)
     rows, cols = 16, 256
     raw = random_blocks(qtype, rows, cols, rng)
     x = rng.standard_normal((2, cols)).astype(np.float32)  # [2, cols]
     got = qmatmul([Weight("w", int(qtype), rows, cols, raw)], x)[0]  # [2, rows]
-    if q8dot.supports(qtype):
+    if q8k.supports(qtype, cols) and not (qtype == GGMLQuantizationType.Q4_K and q8dot.supports(qtype)):
+        xs = dequantized_acts(q8k.activations(x), cols)  # [2, cols]
+    else:
         acts = q8dot.Activations(x)
         xs = (acts.xq.view(np.int8).astype(np.float64).reshape(2, -1, 32) * acts.xd[..., None]).reshape(2, cols)
-    else:
-        xs = dequantized_acts(q8k.activations(x), cols)  # [2, cols]
     want = xs @ dequantize(raw, qtype).reshape(rows, cols).astype(np.float64).T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
