@@ -9,7 +9,7 @@ from pantheon.engine.kernels.matmul import dequantize_rows, qmatmul
 from pantheon.engine.kvcache import KVCache
 from pantheon.engine.model_weights import bind_weights
 from pantheon.engine.moe import moe_ffn
-from pantheon.engine.ops import Rope, rms_norm, silu
+from pantheon.engine.ops import Rope, rms_norm, silu_mul
 from pantheon.engine.quantize import quantize_weights
 from pantheon.engine.threads import ThreadBudget
 from pantheon.engine.model_text import ModelText
@@ -104,9 +104,9 @@ class Model(ModelText):
         if blk.gate is None:
             gu = qmatmul([blk.up], h)[0]  # [N, 2*ff]
             ff = self.config.n_ff
-            return qmatmul([blk.down], np.ascontiguousarray(silu(gu[:, :ff]) * gu[:, ff:]))[0]  # [N, dim]
+            return qmatmul([blk.down], silu_mul(gu[:, :ff], gu[:, ff:]))[0]  # [N, dim]
         g, u = qmatmul([blk.gate, blk.up], h)  # [N, ff] x2
-        return qmatmul([blk.down], silu(g) * u)[0]  # [N, dim]
+        return qmatmul([blk.down], silu_mul(g, u))[0]  # [N, dim]
 
 
 def default_threads():

@@ -3,7 +3,7 @@
 import numpy as np
 
 from pantheon.engine.kernels.matmul import matmul, qmatmul
-from pantheon.engine.ops import silu, softmax
+from pantheon.engine.ops import silu_mul, softmax
 
 
 def route(router_logits, k):
@@ -29,6 +29,6 @@ def moe_ffn(experts, h, n_used):
         x = np.ascontiguousarray(h[rows])  # [m, dim]
         # the int8 path of dense layers: x rounded once for gate and up, per row (batch-invariant)
         gate, up = qmatmul((experts.gate[e], experts.up[e]), x)  # [m, ff] each
-        y = qmatmul((experts.down[e],), silu(gate) * up)[0]  # [m, dim]
+        y = qmatmul((experts.down[e],), silu_mul(gate, up))[0]  # [m, dim]
         out[rows] += y * weights[rows, slot][:, None]
     return out
