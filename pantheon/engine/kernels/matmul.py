@@ -2,17 +2,10 @@
 
 import numba
 import numpy as np
-from gguf import GGMLQuantizationType
 
 from pantheon.engine.kernels import q8dot, q8k
 from pantheon.engine.kernels.registry import kernels_for
 from pantheon.engine.sizes import TILE_BYTES
-
-# Q6_K takes the Q8_K kernels wherever they run, VNNI hosts included: measured on a 2-core AVX-512
-# Xeon (5632x2048, 2 threads) 0.19 vs 0.37 ms at n = 1, 12.3 vs 15.5 ms at n = 128, equal at n = 8.
-# Q4_K keeps the VNNI kernels there: Q8_K's are faster at n = 1 but 25 % slower at n = 8, which is
-# what batched decode runs (docs/performance.md).
-Q6_K = int(GGMLQuantizationType.Q6_K)
 
 # Above this many activation rows, dequantizing tiles and calling sgemm beats the raw-block kernel:
 # gemv costs grow with every vector (Q4_0 2048x5632: ~1.6 ms each on one core) while the tile path
@@ -45,18 +38,18 @@ def qmatmul(ws, x):
     """[x @ dequant(w).T for w in ws], float32 [n, w.rows] each, with x rounded once to int8 as llama.cpp does.
 
     That rounding is the one llama.cpp applies before its quantized dot products (so logits track
-    llama.cpp's, not the exact float product): per 32 values for the VNNI kernels (q8dot), per 256
-    (Q8_K) for the AVX2 K-quant kernels (q8k; Q6_K's even where VNNI runs, see Q6_K above); weights
-    without either get the exact matmul."""
+    llama.cpp's, not the exact float product): per 256 (Q8_K) for K-quants wherever AVX2 runs (q8k:
+    integer sums per super-block, faster than the VNNI kernels for them at every n measured), per 32
+    for Q4_0 / Q8_0 through the VNNI kernels (q8dot); weights without either get the exact matmul."""
     n, acts, kacts, outs = x.shape[0], None, None, []
     for w in ws:
         out = np.empty((n, w.rows), dtype=np.float32)  # [n, rows]
-        if q8dot.supports(w.qtype) and not (w.qtype == Q6_K and q8k.supports(w.qtype, w.cols)):
-            acts = acts or q8dot.Activations(x)
-            q8dot.product(w.qtype, w.raw, acts, out)
-        elif q8k.supports(w.qtype, w.cols):
+        if q8k.supports(w.qtype, w.cols):
             kacts = kacts or q8k.activations(x)
             q8k.product(w.qtype, w.raw, kacts, out)
+        elif q8dot.supports(w.qtype):
+            acts = acts or q8dot.Activations(x)
+            q8dot.product(w.qtype, w.raw, acts, out)
         else:
             matmul(w, x, out)
         outs.append(out)

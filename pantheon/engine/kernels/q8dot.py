@@ -15,15 +15,14 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from numba import prange
 
-from pantheon.engine.kernels.jit import exact, inline
-from pantheon.engine.kernels.kblocks import QK_K, scale_min_k4
-from pantheon.engine.kernels.q8dot_tiles import q4_0_tiles, q4_k_tiles, q6_k_tiles, q8_0_tiles
-from pantheon.engine.kernels.simd import (bits32, dot4, field, flip_sign, fma_lane, fma_lane2, fma_lanes, fma_scaled,
-                                   fma_scaled2, fmadd, fzero, fzero4, half_at, has_vnni, hsum, lane, load4, load32,
-                                   mul, nibbles16, or_shl4, prefetch, scale_lanes, PREFETCH_BYTES)
+from pantheon.engine.kernels.jit import exact
+from pantheon.engine.kernels.q8dot_tiles import q4_0_tiles, q8_0_tiles
+from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fma_lane, fma_lanes, fma_scaled,
+                                          fmadd, fzero, fzero4, half_at, has_vnni, hsum, lane, load4, mul, nibbles16,
+                                          prefetch, scale_lanes)
 
 QK = 32
-Q4_0_BYTES, Q8_0_BYTES, Q4_K_BYTES, Q6_K_BYTES = 18, 34, 144, 210
+Q4_0_BYTES, Q8_0_BYTES = 18, 34
 # Rows per prange task: the activations of one vector stay in L1 across the chunk's rows.
 CHUNK = 16
 
@@ -105,61 +104,6 @@ def q8_0(raw, xq, xd, xs, out):
 
 
 @exact
-def q4_k(raw, xq, xd, xs, out):
-    """Q4_K rows: sub-block j of block b is d·sc_j·q − dmin·m_j; both terms per 32 activations."""
-    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        for i in range(n):
-            xi = xq[i]  # [cols] int8 bytes
-            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
-                row = raw[r]  # [row_bytes]
-                acc, mins = fzero(), np.float32(0.0)
-                for b in range(nb):
-                    o = b * Q4_K_BYTES
-                    prefetch(row, o + PREFETCH_BYTES)
-                    d, dmin = half_at(row, o), half_at(row, o + 2)
-                    for j in range(8):
-                        sc, m = scale_min_k4(raw, r, o + 4, j)
-                        g, ds, dm = b * 8 + j, mul(d, sc), mul(dmin, m)
-                        q = bits32(row, o + 16 + 32 * (j // 2), 4 * (j % 2), 15)
-                        acc = fma_scaled(acc, dot4(q, bits32(xi, g * QK, 0, 255)), mul(ds, xd[i, g]))
-                        mins = fmadd(mins, dm, xs[i, g])
-                out[i, r] = hsum(acc) - mins
-
-
-@exact
-def q6_k(raw, xq, xd, xs, out):
-    """Q6_K rows: 6-bit quants minus 32 with an int8 scale per 16; 32 quants per vpdpbusd."""
-    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
-    sc = raw.view(np.int8)  # [rows, row_bytes] the same bytes, signed, for the scales
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        for i in range(n):
-            xi = xq[i]  # [cols] int8 bytes
-            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
-                row = raw[r]  # [row_bytes]
-                acc, off = fzero(), np.float32(0.0)
-                for b in range(nb):
-                    o = b * Q6_K_BYTES
-                    prefetch(row, o + PREFETCH_BYTES)
-                    d = half_at(row, o + 208)
-                    for h in range(2):
-                        # Each 32-byte load feeds 2 (low bits) or 4 (high bits) quant groups.
-                        hv = load32(row, o + 128 + 32 * h)  # [32] high 2-bit fields
-                        lv0, lv1 = load32(row, o + 64 * h), load32(row, o + 64 * h + 32)  # [32] low nibbles each
-                        for kk in range(4):
-                            k = 4 * h + kk
-                            g = b * 16 + 2 * k  # 16-value group of x and of the scales
-                            s0 = mul(d, np.float32(sc[r, o + 192 + 2 * k]))
-                            s1 = mul(d, np.float32(sc[r, o + 193 + 2 * k]))
-                            q = or_shl4(field(lv0 if kk % 2 == 0 else lv1, 4 * (kk // 2), 15), field(hv, 2 * kk, 3))
-                            dots = dot4(q, bits32(xi, g * 16, 0, 255))
-                            acc = fma_scaled2(acc, dots, mul(s0, xd[i, g // 2]), mul(s1, xd[i, g // 2]))
-                            off = fmadd(off, s0, xs[i, g])
-                            off = fmadd(off, s1, xs[i, g + 1])
-                out[i, r] = hsum(acc) - np.float32(32.0) * off
-
-
-@exact
 def q4_0_x4(raw, xq, xdt, xst, out):
     """q4_0 for n a multiple of 4: each unpacked weight block meets 4 vectors in registers.
 
@@ -213,85 +157,10 @@ def q8_0_x4(raw, xq, xdt, xst, out):
                 out[i + 3, r] = hsum(a3) - np.float32(128.0) * lane(off, 3)
 
 
-@inline
-def _tile4(a0, a1, a2, a3, off, w, x0, x1, x2, x3, xo, xdt, xst, g, i, ds, dm):
-    """One 32-quant weight group w against 4 vectors at byte xo: the scales of row and vectors in one multiply."""
-    s = scale_lanes(load4(xdt[g], i), ds)  # lane k: ds · xd[i + k, g]
-    a0 = fma_lane(a0, dot4(w, bits32(x0, xo, 0, 255)), s, 0)
-    a1 = fma_lane(a1, dot4(w, bits32(x1, xo, 0, 255)), s, 1)
-    a2 = fma_lane(a2, dot4(w, bits32(x2, xo, 0, 255)), s, 2)
-    a3 = fma_lane(a3, dot4(w, bits32(x3, xo, 0, 255)), s, 3)
-    return a0, a1, a2, a3, fma_lanes(off, load4(xst[g], i), dm)
-
-
-@exact
-def q4_k_x4(raw, xq, xdt, xst, out):
-    """q4_k for n a multiple of 4: each unpacked 32-quant group meets 4 vectors (xdt, xst [groups, n])."""
-    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        for i in range(0, n, 4):
-            x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
-                row = raw[r]  # [row_bytes]
-                a0, a1, a2, a3, mins = fzero(), fzero(), fzero(), fzero(), fzero4()
-                for b in range(nb):
-                    o = b * Q4_K_BYTES
-                    prefetch(row, o + PREFETCH_BYTES)
-                    d, dmin = half_at(row, o), half_at(row, o + 2)
-                    for p in range(4):
-                        for h in range(2):
-                            sc, m = scale_min_k4(raw, r, o + 4, 2 * p + h)
-                            g = b * 8 + 2 * p + h
-                            q = bits32(row, o + 16 + 32 * p, 4 * h, 15)
-                            a0, a1, a2, a3, mins = _tile4(a0, a1, a2, a3, mins, q, x0, x1, x2, x3, g * QK, xdt, xst,
-                                                          g, i, mul(d, sc), mul(dmin, m))
-                out[i, r] = hsum(a0) - lane(mins, 0)
-                out[i + 1, r] = hsum(a1) - lane(mins, 1)
-                out[i + 2, r] = hsum(a2) - lane(mins, 2)
-                out[i + 3, r] = hsum(a3) - lane(mins, 3)
-
-
-@exact
-def q6_k_x4(raw, xq, xdt, xst, out):
-    """q6_k for n a multiple of 4: each unpacked 32-quant group meets 4 vectors (xdt [n/32, n], xst [n/16, n])."""
-    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
-    sc = raw.view(np.int8)  # [rows, row_bytes] the same bytes, signed, for the scales
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        for i in range(0, n, 4):
-            x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
-                row = raw[r]  # [row_bytes]
-                a0, a1, a2, a3, off = fzero(), fzero(), fzero(), fzero(), fzero4()
-                for b in range(nb):
-                    o = b * Q6_K_BYTES
-                    prefetch(row, o + PREFETCH_BYTES)
-                    d = half_at(row, o + 208)
-                    for h in range(2):
-                        hv = load32(row, o + 128 + 32 * h)  # [32] high 2-bit fields
-                        lv0, lv1 = load32(row, o + 64 * h), load32(row, o + 64 * h + 32)  # [32] low nibbles each
-                        for kk in range(4):
-                            k = 4 * h + kk
-                            g = b * 16 + 2 * k
-                            s0 = mul(d, np.float32(sc[r, o + 192 + 2 * k]))
-                            s1 = mul(d, np.float32(sc[r, o + 193 + 2 * k]))
-                            q = or_shl4(field(lv0 if kk % 2 == 0 else lv1, 4 * (kk // 2), 15), field(hv, 2 * kk, 3))
-                            xd4 = load4(xdt[g // 2], i)
-                            t0, t1 = scale_lanes(xd4, s0), scale_lanes(xd4, s1)
-                            a0 = fma_lane2(a0, dot4(q, bits32(x0, g * 16, 0, 255)), t0, t1, 0)
-                            a1 = fma_lane2(a1, dot4(q, bits32(x1, g * 16, 0, 255)), t0, t1, 1)
-                            a2 = fma_lane2(a2, dot4(q, bits32(x2, g * 16, 0, 255)), t0, t1, 2)
-                            a3 = fma_lane2(a3, dot4(q, bits32(x3, g * 16, 0, 255)), t0, t1, 3)
-                            off = fma_lanes(fma_lanes(off, load4(xst[g], i), s0), load4(xst[g + 1], i), s1)
-                out[i, r] = hsum(a0) - np.float32(32.0) * lane(off, 0)
-                out[i + 1, r] = hsum(a1) - np.float32(32.0) * lane(off, 1)
-                out[i + 2, r] = hsum(a2) - np.float32(32.0) * lane(off, 2)
-                out[i + 3, r] = hsum(a3) - np.float32(32.0) * lane(off, 3)
-
-
 # qtype name -> (kernel for any n, for n a multiple of 4, for n a multiple of 8 (q8dot_tiles: rows unpacked
-# once per task), activation sums per 16 or 32 values).
-_BY_TYPE = {"Q4_0": (q4_0, q4_0_x4, q4_0_tiles, 32), "Q8_0": (q8_0, q8_0_x4, q8_0_tiles, 32),
-            "Q4_K": (q4_k, q4_k_x4, q4_k_tiles, 32), "Q6_K": (q6_k, q6_k_x4, q6_k_tiles, 16)}
+# once per task)). K-quants take llama.cpp's Q8_K activations and kernels (q8k), which measured faster
+# than VNNI kernels for them at every batch size (docs/performance.md).
+_BY_TYPE = {"Q4_0": (q4_0, q4_0_x4, q4_0_tiles), "Q8_0": (q8_0, q8_0_x4, q8_0_tiles)}
 
 
 @functools.cache
@@ -314,8 +183,8 @@ def product(qtype, raw, acts, out):
     kernels' operations per (row, vector) in the same order: each output is then the same instruction
     sequence whatever the batch, and a 1e-6 batch-dependent wobble upstream of the int8 rounding
     would otherwise flip quants and move logits by 1e-2 (test_model_batch)."""
-    one, four, eight, group = _kernels(qtype)
-    xs = acts.xs16 if group == 16 else acts.xs32
+    one, four, eight = _kernels(qtype)
+    xs = acts.xs32
     m8 = acts.n - acts.n % 8
     m4 = acts.n - acts.n % 4
     for k, lo, hi in ((eight, 0, m8), (four, m8, m4)):

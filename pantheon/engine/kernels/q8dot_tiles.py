@@ -14,16 +14,12 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from numba import prange
 
 from pantheon.engine.kernels.jit import exact, inline
-from pantheon.engine.kernels.kblocks import QK_K, scale_min_k4
-from pantheon.engine.kernels.simd import (bits32, dot4, field, flip_sign, fma_at, fma_at2, fma_lanes, fzero, half_at, hsum,
-                                   interleave8, lane, load8, load32, mul, nibbles16, or_shl4, prefetch, scale_lanes,
-                                   store8, store32, PREFETCH_BYTES)
+from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fma_at, fma_lanes, fzero, half_at,
+                                          hsum, lane, load8, load32, nibbles16, prefetch, scale_lanes, store8, store32)
 
 QK = 32
 Q4_0_BYTES = GGML_QUANT_SIZES[GGMLQuantizationType.Q4_0][1]
 Q8_0_BYTES = GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][1]
-Q4_K_BYTES = GGML_QUANT_SIZES[GGMLQuantizationType.Q4_K][1]
-Q6_K_BYTES = GGML_QUANT_SIZES[GGMLQuantizationType.Q6_K][1]
 # Rows unpacked per prange task: 16 rows of a 5632-column matrix are 88 KiB of quants (L2), and
 # 16 rows give each 8-vector activation tile enough reuse to stay in L1.
 CHUNK = 16
@@ -48,40 +44,6 @@ def _unpack_q8_0(raw, r, q, ds):
         prefetch(row, b * Q8_0_BYTES + PREFETCH_BYTES)
         ds[b] = half_at(row, b * Q8_0_BYTES)
         store32(q, b * QK, flip_sign(bits32(row, b * Q8_0_BYTES + 2, 0, 255)))
-
-
-@inline
-def _unpack_q4_k(raw, r, q, ds, dm):
-    """Row r of Q4_K -> q u8 [cols] (0..15), ds = d·sc and dm = dmin·m per 32 quants."""
-    row = raw[r]  # [row_bytes]
-    for b in range(q.shape[0] // QK_K):
-        o = b * Q4_K_BYTES
-        prefetch(row, o + PREFETCH_BYTES)
-        d, dmin = half_at(row, o), half_at(row, o + 2)
-        for j in range(8):
-            sc, m = scale_min_k4(raw, r, o + 4, j)
-            g = b * 8 + j
-            ds[g], dm[g] = mul(d, sc), mul(dmin, m)
-            store32(q, g * QK, bits32(row, o + 16 + 32 * (j // 2), 4 * (j % 2), 15))
-
-
-@inline
-def _unpack_q6_k(raw, sc, r, q, s16):
-    """Row r of Q6_K -> q u8 [cols] (0..63), s16 = d·sc per 16 quants."""
-    row = raw[r]  # [row_bytes]
-    for b in range(q.shape[0] // QK_K):
-        o = b * Q6_K_BYTES
-        prefetch(row, o + PREFETCH_BYTES)
-        d = half_at(row, o + 208)
-        for h in range(2):
-            hv = load32(row, o + 128 + 32 * h)  # [32] high 2-bit fields
-            lv0, lv1 = load32(row, o + 64 * h), load32(row, o + 64 * h + 32)  # [32] low nibbles each
-            for kk in range(4):
-                k = 4 * h + kk
-                g = b * 16 + 2 * k
-                s16[g] = mul(d, np.float32(sc[r, o + 192 + 2 * k]))
-                s16[g + 1] = mul(d, np.float32(sc[r, o + 193 + 2 * k]))
-                store32(q, g * 16, or_shl4(field(lv0 if kk % 2 == 0 else lv1, 4 * (kk // 2), 15), field(hv, 2 * kk, 3)))
 
 
 @inline
@@ -177,109 +139,3 @@ def q8_0_tiles(raw, xq, xdt, xst, out):
         for rr in range(nr):
             _unpack_q8_0(raw, r0 + rr, q[rr], ds[rr])
         _tiles32(q, ds, ds, nr, r0, xq, xdt, xst, out, np.float32(128.0))
-
-
-@exact
-def q4_k_tiles(raw, xq, xdt, xst, out):
-    """q4_k for n a multiple of 8 (xdt, xst [cols/32, n]): rows unpacked once per task."""
-    rows, cols = raw.shape[0], xq.shape[1]
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        r0, nr = c * CHUNK, min(rows, (c + 1) * CHUNK) - c * CHUNK
-        q = np.empty((CHUNK, cols), np.uint8)  # [chunk, cols] quants in activation order
-        ds = np.empty((CHUNK, cols // QK), np.float32)  # [chunk, cols/32] d·sc
-        dm = np.empty((CHUNK, cols // QK), np.float32)  # [chunk, cols/32] dmin·m
-        for rr in range(nr):
-            _unpack_q4_k(raw, r0 + rr, q[rr], ds[rr], dm[rr])
-        _tiles32(q, ds, dm, nr, r0, xq, xdt, xst, out, np.float32(1.0))
-
-
-@inline
-def _scales16(tbl, t0, xdt, i, s16, rr):
-    """tbl[t0 + 32g + 2k + h] = s16[rr, 2g + h]·xd[i + k, g]: (lanes 0-3, lanes 4-7) scale pairs of a row."""
-    for g32 in range(xdt.shape[0]):
-        xd8 = load8(xdt[g32], i)
-        lo, hi = interleave8(scale_lanes(xd8, s16[rr, 2 * g32]), scale_lanes(xd8, s16[rr, 2 * g32 + 1]))
-        store8(tbl, t0 + g32 * 32, lo)
-        store8(tbl, t0 + g32 * 32 + 8, hi)
-
-
-@inline
-def _off16(off, xst, i, s16, rr, g):
-    """off + s16·xs16 over the two 16-value halves of 32-quant group g // 2, in the 1-vector kernel's order."""
-    return fma_lanes(fma_lanes(off, load8(xst[g], i), s16[rr, g]), load8(xst[g + 1], i), s16[rr, g + 1])
-
-
-@inline
-def _pair16(q, s16, rr, r0, xq, i, xdt, xst, tbl, out):
-    """Q6_K rows rr, rr + 1 against vectors i..i+7: each activation load serves two rows."""
-    x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-    x4, x5, x6, x7 = xq[i + 4], xq[i + 5], xq[i + 6], xq[i + 7]  # [cols] int8 bytes each
-    qa, qb = q[rr], q[rr + 1]  # [cols] unpacked quants each
-    _scales16(tbl, 0, xdt, i, s16, rr)
-    _scales16(tbl, 16, xdt, i, s16, rr + 1)
-    a0, a1, a2, a3, a4, a5, a6, a7, oa = fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero()
-    b0, b1, b2, b3, b4, b5, b6, b7, ob = fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero()
-    for g32 in range(xdt.shape[0]):
-        xo, t = g32 * QK, g32 * 32
-        wa, wb = load32(qa, xo), load32(qb, xo)
-        y0, y1, y2, y3 = bits32(x0, xo, 0, 255), bits32(x1, xo, 0, 255), bits32(x2, xo, 0, 255), bits32(x3, xo, 0, 255)
-        a0, b0 = fma_at2(a0, dot4(wa, y0), tbl, t), fma_at2(b0, dot4(wb, y0), tbl, t + 16)
-        a1, b1 = fma_at2(a1, dot4(wa, y1), tbl, t + 2), fma_at2(b1, dot4(wb, y1), tbl, t + 18)
-        a2, b2 = fma_at2(a2, dot4(wa, y2), tbl, t + 4), fma_at2(b2, dot4(wb, y2), tbl, t + 20)
-        a3, b3 = fma_at2(a3, dot4(wa, y3), tbl, t + 6), fma_at2(b3, dot4(wb, y3), tbl, t + 22)
-        y0, y1, y2, y3 = bits32(x4, xo, 0, 255), bits32(x5, xo, 0, 255), bits32(x6, xo, 0, 255), bits32(x7, xo, 0, 255)
-        a4, b4 = fma_at2(a4, dot4(wa, y0), tbl, t + 8), fma_at2(b4, dot4(wb, y0), tbl, t + 24)
-        a5, b5 = fma_at2(a5, dot4(wa, y1), tbl, t + 10), fma_at2(b5, dot4(wb, y1), tbl, t + 26)
-        a6, b6 = fma_at2(a6, dot4(wa, y2), tbl, t + 12), fma_at2(b6, dot4(wb, y2), tbl, t + 28)
-        a7, b7 = fma_at2(a7, dot4(wa, y3), tbl, t + 14), fma_at2(b7, dot4(wb, y3), tbl, t + 30)
-        oa, ob = _off16(oa, xst, i, s16, rr, 2 * g32), _off16(ob, xst, i, s16, rr + 1, 2 * g32)
-    for k, (a, b) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5), (a6, b6), (a7, b7))):
-        out[i + k, r0 + rr] = hsum(a) - np.float32(32.0) * lane(oa, k)
-        out[i + k, r0 + rr + 1] = hsum(b) - np.float32(32.0) * lane(ob, k)
-
-
-@inline
-def _one16(q, s16, rr, r0, xq, i, xdt, xst, tbl, out):
-    """Q6_K row rr alone against vectors i..i+7 (the odd row of a ragged chunk)."""
-    qr = q[rr]  # [cols] unpacked quants
-    _scales16(tbl, 0, xdt, i, s16, rr)
-    a0, a1, a2, a3, off = fzero(), fzero(), fzero(), fzero(), fzero()
-    a4, a5, a6, a7 = fzero(), fzero(), fzero(), fzero()
-    for g32 in range(xdt.shape[0]):
-        w, xo, t = load32(qr, g32 * QK), g32 * QK, g32 * 32
-        a0 = fma_at2(a0, dot4(w, bits32(xq[i], xo, 0, 255)), tbl, t)
-        a1 = fma_at2(a1, dot4(w, bits32(xq[i + 1], xo, 0, 255)), tbl, t + 2)
-        a2 = fma_at2(a2, dot4(w, bits32(xq[i + 2], xo, 0, 255)), tbl, t + 4)
-        a3 = fma_at2(a3, dot4(w, bits32(xq[i + 3], xo, 0, 255)), tbl, t + 6)
-        a4 = fma_at2(a4, dot4(w, bits32(xq[i + 4], xo, 0, 255)), tbl, t + 8)
-        a5 = fma_at2(a5, dot4(w, bits32(xq[i + 5], xo, 0, 255)), tbl, t + 10)
-        a6 = fma_at2(a6, dot4(w, bits32(xq[i + 6], xo, 0, 255)), tbl, t + 12)
-        a7 = fma_at2(a7, dot4(w, bits32(xq[i + 7], xo, 0, 255)), tbl, t + 14)
-        off = _off16(off, xst, i, s16, rr, 2 * g32)
-    for k, a in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
-        out[i + k, r0 + rr] = hsum(a) - np.float32(32.0) * lane(off, k)
-
-
-@inline
-def _tiles16(q, s16, nrows, r0, xq, xdt, xst, out):
-    """Q6_K's tile loop, two rows at a time: two scales per 32 quants (fma_at2), out = Σ - 32·Σ s16·xs16."""
-    tbl = np.empty(xdt.shape[0] * 32, np.float32)  # [groups * 32] (s0·xd, s1·xd) pairs of two rows and 8 vectors
-    for i in range(0, xq.shape[0], 8):
-        for rr in range(0, nrows - 1, 2):
-            _pair16(q, s16, rr, r0, xq, i, xdt, xst, tbl, out)
-        if nrows % 2:
-            _one16(q, s16, nrows - 1, r0, xq, i, xdt, xst, tbl, out)
-
-
-@exact
-def q6_k_tiles(raw, xq, xdt, xst, out):
-    """q6_k for n a multiple of 8 (xdt [cols/32, n], xst [cols/16, n]): rows unpacked once per task."""
-    rows, cols = raw.shape[0], xq.shape[1]
-    sc = raw.view(np.int8)  # [rows, row_bytes] the same bytes, signed, for the scales
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        r0, nr = c * CHUNK, min(rows, (c + 1) * CHUNK) - c * CHUNK
-        q = np.empty((CHUNK, cols), np.uint8)  # [chunk, cols] quants in activation order
-        s16 = np.empty((CHUNK, cols // 16), np.float32)  # [chunk, cols/16] d·sc
-        for rr in range(nr):
-            _unpack_q6_k(raw, sc, r0 + rr, q[rr], s16[rr])
-        _tiles16(q, s16, nr, r0, xq, xdt, xst, out)

@@ -97,6 +97,50 @@ def q4_k(raw, xq, xd, bs16, out):
                 out[i, r] = hsum(acc)
 
 
+@inline
+def _k4_pair4(s0, s1, s2, s3, row, qo, x0, x1, x2, x3, xo, sc, j):
+    """_k4_pair for 4 vectors: the two sub-blocks' nibbles unpacked once, each meeting 4 activations."""
+    v = load32(row, qo)  # [32] two sub-blocks' nibbles
+    lo, hi = field(v, 0, 15), field(v, 4, 15)  # [32] quants each
+    s0, s1 = kdot(kdot(s0, lo, x0, xo, sc, j), hi, x0, xo + 32, sc, j + 1), \
+        kdot(kdot(s1, lo, x1, xo, sc, j), hi, x1, xo + 32, sc, j + 1)
+    s2, s3 = kdot(kdot(s2, lo, x2, xo, sc, j), hi, x2, xo + 32, sc, j + 1), \
+        kdot(kdot(s3, lo, x3, xo, sc, j), hi, x3, xo + 32, sc, j + 1)
+    return s0, s1, s2, s3
+
+
+@inline
+def _k4_end(acc, sumi, sc, row, o, xd, bs16, i, b):
+    """q4_k's two fmas of super-block b for vector i, in its order (scaled sums, then mins)."""
+    acc = fma_scaled(acc, sumi, mul(half_at(row, o), xd[i, b]))
+    return fma_scaled(acc, mins_lanes(sc, bs16[i], 16 * b), -mul(half_at(row, o + 2), xd[i, b]))
+
+
+@exact
+def q4_k_x4(raw, xq, xd, bs16, out):
+    """q4_k for n a multiple of 4, the row read and unpacked once per 4 vectors (batched decode): the
+    operations per (row, vector) are q4_k's, so each output has its bits."""
+    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
+    for c in prange((rows + CHUNK - 1) // CHUNK):
+        for i in range(0, n, 4):
+            x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
+            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
+                row = raw[r]  # [row_bytes]
+                a0, a1, a2, a3 = fzero(), fzero(), fzero(), fzero()
+                for b in range(nb):
+                    o = b * Q4_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
+                    sc = k4_scales(row, o + 4)  # [16] scales then mins
+                    s0, s1, s2, s3 = izero(), izero(), izero(), izero()
+                    for p in range(4):
+                        s0, s1, s2, s3 = _k4_pair4(s0, s1, s2, s3, row, o + 16 + 32 * p, x0, x1, x2, x3,
+                                                   b * QK_K + 64 * p, sc, 2 * p)
+                    a0, a1 = _k4_end(a0, s0, sc, row, o, xd, bs16, i, b), _k4_end(a1, s1, sc, row, o, xd, bs16, i + 1, b)
+                    a2 = _k4_end(a2, s2, sc, row, o, xd, bs16, i + 2, b)
+                    a3 = _k4_end(a3, s3, sc, row, o, xd, bs16, i + 3, b)
+                out[i, r], out[i + 1, r], out[i + 2, r], out[i + 3, r] = hsum(a0), hsum(a1), hsum(a2), hsum(a3)
+
+
 @exact
 def q5_k(raw, xq, xd, bs16, out):
     """q4_k for Q5_K rows."""

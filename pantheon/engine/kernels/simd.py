@@ -142,27 +142,6 @@ def fma_at(typingctx, acc, dots, ary, idx):
 
 
 @intrinsic
-def fma_at2(typingctx, acc, dots, ary, idx):
-    """acc + float(dots)·(ary[idx] on lanes 0-3, ary[idx+1] on lanes 4-7): fma_scaled2 from a pair table."""
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[2])(context, builder, args[2]).data
-        pair = builder.load(builder.bitcast(builder.gep(data, [args[3]]), ir.VectorType(_F32, 2).as_pointer()), align=4)
-        both = builder.shuffle_vector(pair, pair, ir.Constant(ir.VectorType(_I32, 8), [0, 0, 0, 0, 1, 1, 1, 1]))
-        return _fma8(builder, builder.sitofp(args[1], _VF), both, args[0])
-    return F32X8(acc, dots, ary, idx), codegen
-
-
-@intrinsic
-def interleave8(typingctx, a, b):
-    """(a0, b0, a1, b1, ..., a7, b7) as two 8-lane halves: the low half, then the high half."""
-    def codegen(context, builder, sig, args):
-        lo = builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_I32, 8), [0, 8, 1, 9, 2, 10, 3, 11]))
-        hi = builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(_I32, 8), [4, 12, 5, 13, 6, 14, 7, 15]))
-        return context.make_tuple(builder, sig.return_type, [lo, hi])
-    return types.UniTuple(F32X8, 2)(a, b), codegen
-
-
-@intrinsic
 def field(typingctx, v, shift, mask):
     """(v >> shift) & mask, lane-wise, on 32 loaded bytes: `bits32` without the load."""
     def codegen(context, builder, sig, args):
@@ -224,17 +203,6 @@ def fma_scaled(typingctx, acc, dots, s):
         f = builder.sitofp(args[1], _VF)
         return _fma8(builder, f, _splat(builder, args[2], _VF), args[0])
     return F32X8(acc, dots, types.float32), codegen
-
-
-@intrinsic
-def fma_scaled2(typingctx, acc, dots, s0, s1):
-    """acc + float(dots)·(s0 on lanes 0-3, s1 on lanes 4-7): two 16-quant groups with their own scales."""
-    def codegen(context, builder, sig, args):
-        f = builder.sitofp(args[1], _VF)
-        a, b = _splat(builder, args[2], _VF), _splat(builder, args[3], _VF)
-        both = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, 8), [0, 1, 2, 3, 12, 13, 14, 15]))
-        return _fma8(builder, f, both, args[0])
-    return F32X8(acc, dots, types.float32, types.float32), codegen
 
 
 @intrinsic
@@ -342,16 +310,3 @@ def fma_lane(typingctx, acc, dots, v, k):
         f = builder.sitofp(args[1], _VF)
         return _fma8(builder, f, _splat(builder, s, _VF), args[0])
     return F32X8(acc, dots, v, k), codegen
-
-
-@intrinsic
-def fma_lane2(typingctx, acc, dots, v0, v1, k):
-    """acc + float(dots)·(v0[k] on lanes 0-3, v1[k] on lanes 4-7): fma_scaled2 with tile-vector scales."""
-    def codegen(context, builder, sig, args):
-        idx = builder.trunc(args[4], _I32)
-        a = _splat(builder, builder.extract_element(args[2], idx), _VF)
-        b = _splat(builder, builder.extract_element(args[3], idx), _VF)
-        both = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, 8), [0, 1, 2, 3, 12, 13, 14, 15]))
-        f = builder.sitofp(args[1], _VF)
-        return _fma8(builder, f, both, args[0])
-    return F32X8(acc, dots, v0, v1, k), codegen

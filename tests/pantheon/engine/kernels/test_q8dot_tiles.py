@@ -10,17 +10,15 @@ from tests.pantheon.engine.kernels.test_q8dot import random_blocks, reference_qu
 
 pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="host has no AVX512-VNNI")
 
-# qtype -> (tiled kernel, 1-vector kernel, activation sums per 16 or 32 values)
-KERNELS = {T.Q4_0: (q8dot_tiles.q4_0_tiles, q8dot.q4_0, 32), T.Q8_0: (q8dot_tiles.q8_0_tiles, q8dot.q8_0, 32),
-           T.Q4_K: (q8dot_tiles.q4_k_tiles, q8dot.q4_k, 32),
-           T.Q6_K: (q8dot_tiles.q6_k_tiles, q8dot.q6_k, 16)}
+# qtype -> (tiled kernel, 1-vector kernel)
+KERNELS = {T.Q4_0: (q8dot_tiles.q4_0_tiles, q8dot.q4_0), T.Q8_0: (q8dot_tiles.q8_0_tiles, q8dot.q8_0)}
 # 37 rows: two full CHUNKs of rows and a ragged one; 16 vectors: two 8-vector tiles.
 ROWS, COLS, N = 37, 512, 16
 
 
 def run_tiles(qtype, raw, acts):
-    tiles, _, group = KERNELS[qtype]
-    xs = acts.xs16 if group == 16 else acts.xs32  # [n, groups]
+    tiles, _ = KERNELS[qtype]
+    xs = acts.xs32  # [n, groups]
     out = np.full((acts.n, raw.shape[0]), np.nan, np.float32)  # [n, rows]
     tiles(raw, acts.xq, np.ascontiguousarray(acts.xd.T), np.ascontiguousarray(xs.T), out)
     return out
@@ -31,9 +29,9 @@ def test_tiles_match_the_one_vector_kernel_bit_for_bit(qtype):
     rng = np.random.default_rng(int(qtype) + 100)
     raw = random_blocks(qtype, ROWS, COLS, rng)
     acts = q8dot.Activations(rng.standard_normal((N, COLS)).astype(np.float32))
-    _, one, group = KERNELS[qtype]
+    _, one = KERNELS[qtype]
     want = np.empty((N, ROWS), np.float32)  # [n, rows]
-    one(raw, acts.xq, acts.xd, acts.xs16 if group == 16 else acts.xs32, want)
+    one(raw, acts.xq, acts.xd, acts.xs32, want)
     np.testing.assert_array_equal(run_tiles(qtype, raw, acts), want)
 
 

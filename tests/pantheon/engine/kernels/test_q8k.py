@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import q8dot, q8k
@@ -14,7 +13,7 @@ from tests.pantheon.engine.kernels.blocks import K_QUANTS, random_blocks
 pytestmark = pytest.mark.skipif(not has_avx2(), reason="host has no AVX2")
 
 TYPES = K_QUANTS  # every K-quant runs on the Q8_K integer path
-BATCHES = (1, 3, 4, 9)
+BATCHES = (1, 3, 4, 9, 20)
 
 
 def reference_q8_k(x):
@@ -64,25 +63,27 @@ def test_a_vector_gets_the_same_bits_in_any_batch(qtype):
     rng = np.random.default_rng(int(qtype))
     rows, cols = 21, 512
     raw = random_blocks(qtype, rows, cols, rng)
-    x = rng.standard_normal((9, cols)).astype(np.float32)  # [9, cols]
-    batched = np.empty((9, rows), np.float32)  # [9, rows]: 8 through the tiles, 1 through the 1-vector kernel
-    q8k.product(qtype, raw, q8k.activations(x), batched)
-    for i in (0, 5, 8):
-        alone = np.empty((1, rows), np.float32)  # [1, rows]
-        q8k.product(qtype, raw, q8k.activations(x[i:i + 1]), alone)
-        np.testing.assert_array_equal(batched[i], alone[0])
+    x = rng.standard_normal((q8k.TILES_FROM + 1, cols)).astype(np.float32)  # [17, cols]
+    alone = np.empty((len(x), rows), np.float32)  # [17, rows] each vector by itself
+    for i in range(len(x)):
+        q8k.product(qtype, raw, q8k.activations(x[i:i + 1]), alone[i:i + 1])
+    # 9: 8 through the 4-vector kernel (the tiles where there is none), 1 alone; 17: 16 through the tiles
+    for n in (9, q8k.TILES_FROM + 1):
+        batched = np.empty((n, rows), np.float32)  # [n, rows]
+        q8k.product(qtype, raw, q8k.activations(x[:n]), batched)
+        np.testing.assert_array_equal(batched, alone[:n])
 
 
 @pytest.mark.parametrize("qtype", TYPES)
 def test_qmatmul_takes_the_integer_path_for_k_quants(qtype):
-    """K-quants take q8k (activations rounded per 256, llama.cpp's Q8_K), except Q4_K where the VNNI
-    kernels run (q8dot, per 32; see kernels/matmul.py)."""
+    """K-quants take q8k (activations rounded per 256, llama.cpp's Q8_K) wherever it runs; q8dot (per
+    32) only on a VNNI host without it."""
     rng = np.random.default_rng(3)
     rows, cols = 16, 256
     raw = random_blocks(qtype, rows, cols, rng)
     x = rng.standard_normal((2, cols)).astype(np.float32)  # [2, cols]
     got = qmatmul([Weight("w", int(qtype), rows, cols, raw)], x)[0]  # [2, rows]
-    if q8k.supports(qtype, cols) and not (qtype == GGMLQuantizationType.Q4_K and q8dot.supports(qtype)):
+    if q8k.supports(qtype, cols):
         xs = dequantized_acts(q8k.activations(x), cols)  # [2, cols]
     else:
         acts = q8dot.Activations(x)
