@@ -59,10 +59,11 @@ def test_product_matches_float64_on_the_same_int8_activations(qtype, n):
 def test_every_batch_size_gives_the_same_bits(qtype):
     rng = np.random.default_rng(int(qtype))
     raw = random_blocks(qtype, 21, 256, rng)
-    x = rng.standard_normal((15, 256)).astype(np.float32)  # [15, 256]
-    whole = np.empty((15, 21), np.float32)  # [15, 21]
-    q8dot.product(qtype, raw, q8dot.Activations(x), whole)  # 8-vector (not Q8_0), 4-vector, then 1-vector kernels
-    for i in range(15):
+    n = q8dot.TILES_FROM + 7  # 16 through the 8-vector tiles, 4 through the 4-vector kernel, 3 alone
+    x = rng.standard_normal((n, 256)).astype(np.float32)  # [n, 256]
+    whole = np.empty((n, 21), np.float32)  # [n, 21]
+    q8dot.product(qtype, raw, q8dot.Activations(x), whole)
+    for i in range(n):
         one = np.empty((1, 21), np.float32)  # [1, 21]
         q8dot.product(qtype, raw, q8dot.Activations(x[i:i + 1]), one)
         np.testing.assert_array_equal(one[0], whole[i])
