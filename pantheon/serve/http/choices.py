@@ -134,20 +134,20 @@ class _Split:
 
     def take(self, choice):
         """The next event of `choice`; None once the backend stream has ended."""
-        with self.cond:
-            while not self.inbox[choice]:
-                if self.error is not None:
-                    raise self.error
-                if self.ended:
-                    return None
-                if not self.reading:
-                    self.reading = True
-                    break
-                self.cond.wait()
-            else:
-                return self.inbox[choice].popleft()
-        self._read()
-        return self.take(choice)
+        while True:
+            with self.cond:
+                while not self.inbox[choice]:
+                    if self.error is not None:
+                        raise self.error
+                    if self.ended:
+                        return None
+                    if not self.reading:
+                        self.reading = True
+                        break
+                    self.cond.wait()
+                else:
+                    return self.inbox[choice].popleft()
+            self._read()  # this reader's turn: one event, for whichever choice it is
 
     def _read(self):
         """One event off the backend stream, filed under its choice (outside the lock: it may block)."""

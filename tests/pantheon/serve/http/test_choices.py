@@ -112,3 +112,27 @@ def test_a_stop_string_ends_only_its_own_choice(served):
 ])
 def test_n_out_of_bounds_is_a_typed_400(served, path, body, param):
     error_of(served, path, dict(body, model="qwen2"), 400, param=param)
+
+
+def test_a_split_stream_files_events_by_choice_and_survives_a_long_run_of_others():
+    from pantheon.serve.http import choices
+    from pantheon.serve.http.backend import Finished, Tokens
+
+    class Stream:
+        cancelled = []
+
+        def __iter__(self):
+            yield from (Tokens((i,), i, (), 1) for i in range(5000))  # choice 1 runs long before choice 0 says a word
+            yield Tokens((7,), 0, (), 0)
+            yield Finished("length", 3, 1, 1, 0)
+            yield Finished("length", 3, 1, 5000, 1)
+
+        def cancel(self, choice=None):
+            self.cancelled.append(choice)
+
+    first, second = choices.split(Stream(), 2)
+    assert list(first) == [Tokens((7,), 0, (), 0), Finished("length", 3, 1, 1, 0)]
+    rest = list(second)
+    assert len(rest) == 5001 and rest[-1] == Finished("length", 0, 0, 5000, 1)  # the prompt counts once
+    first.cancel()  # ended: nothing to stop
+    assert Stream.cancelled == []
