@@ -18,7 +18,7 @@ from pantheon.engine.kernels.q8k_acts import Q8K
 # qtype name -> (direct 1-vector kernel or None, direct 4-vector kernel or None, q8k_tiles kind); without
 # a 1-vector kernel q8k_tiles serves every n.
 _BY_TYPE = {"Q4_K": (q8k_dot.q4_k, q8k_dot.q4_k_x4, q8k_tiles.Q4_K), "Q5_K": (q8k_dot.q5_k, None, q8k_tiles.Q5_K),
-            "Q6_K": (q8k_dot.q6_k, None, q8k_tiles.Q6_K), "Q2_K": (None, None, q8k_tiles.Q2_K),
+            "Q6_K": (q8k_dot.q6_k, q8k_dot.q6_k_x4, q8k_tiles.Q6_K), "Q2_K": (None, None, q8k_tiles.Q2_K),
             "Q3_K": (None, None, q8k_tiles.Q3_K)}
 # Vectors per q8k_tiles pass.
 TILE = 4

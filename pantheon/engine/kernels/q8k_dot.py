@@ -141,6 +141,51 @@ def q4_k_x4(raw, xq, xd, bs16, out):
                 out[i, r], out[i + 1, r], out[i + 2, r], out[i + 3, r] = hsum(a0), hsum(a1), hsum(a2), hsum(a3)
 
 
+@inline
+def _q6_half4(s0, s1, s2, s3, row, o, h, x0, x1, x2, x3, xo, sc):
+    """_q6_half for 4 vectors: the half's 4 quant groups unpacked once, each meeting 4 activations."""
+    hv = load32(row, o + 128 + 32 * h)  # [32] high 2-bit fields
+    lv0, lv1 = load32(row, o + 64 * h), load32(row, o + 64 * h + 32)  # [32] low nibbles each
+    k = 8 * h
+    for t in range(4):
+        q = or_shl4(field(lv1 if t % 2 else lv0, 4 * (t // 2), 15), field(hv, 2 * t, 3))  # [32] quants 0..63
+        s0, s1 = kdot2(s0, q, x0, xo + 32 * t, sc, k + 2 * t), kdot2(s1, q, x1, xo + 32 * t, sc, k + 2 * t)
+        s2, s3 = kdot2(s2, q, x2, xo + 32 * t, sc, k + 2 * t), kdot2(s3, q, x3, xo + 32 * t, sc, k + 2 * t)
+    return s0, s1, s2, s3
+
+
+@inline
+def _q6_end(acc, sumi, sc, row, o, xd, bs16, i, b):
+    """q6_k's two fmas of super-block b for vector i, in its order (scaled sums, then the 32 offsets)."""
+    dd = mul(half_at(row, o + 208), xd[i, b])
+    acc = fma_scaled(acc, sumi, dd)
+    return fma_scaled(acc, offs_lanes(sc, bs16[i], 16 * b, 5), -dd)
+
+
+@exact
+def q6_k_x4(raw, xq, xd, bs16, out):
+    """q6_k for n a multiple of 4, the row read and unpacked once per 4 vectors (batched decode), with
+    q6_k's operations per (row, vector)."""
+    rows, n, nb = raw.shape[0], xq.shape[0], xq.shape[1] // QK_K
+    for c in prange((rows + CHUNK - 1) // CHUNK):
+        for i in range(0, n, 4):
+            x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
+            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
+                row = raw[r]  # [row_bytes]
+                a0, a1, a2, a3 = fzero(), fzero(), fzero(), fzero()
+                for b in range(nb):
+                    o = b * Q6_K_BYTES
+                    prefetch(row, o + PREFETCH_BYTES)
+                    sc = i8_scales(row, o + 192)  # [16] int8 scales
+                    s0, s1, s2, s3 = izero(), izero(), izero(), izero()
+                    for h in range(2):
+                        s0, s1, s2, s3 = _q6_half4(s0, s1, s2, s3, row, o, h, x0, x1, x2, x3, b * QK_K + 128 * h, sc)
+                    a0, a1 = _q6_end(a0, s0, sc, row, o, xd, bs16, i, b), _q6_end(a1, s1, sc, row, o, xd, bs16, i + 1, b)
+                    a2 = _q6_end(a2, s2, sc, row, o, xd, bs16, i + 2, b)
+                    a3 = _q6_end(a3, s3, sc, row, o, xd, bs16, i + 3, b)
+                out[i, r], out[i + 1, r], out[i + 2, r], out[i + 3, r] = hsum(a0), hsum(a1), hsum(a2), hsum(a3)
+
+
 @exact
 def q5_k(raw, xq, xd, bs16, out):
     """q4_k for Q5_K rows."""
