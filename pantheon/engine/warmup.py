@@ -7,9 +7,10 @@ from pantheon.engine.weights import Weight
 
 # (new tokens, cached before): a prefill chunk past the gemv batch limit, a small batch, one decode step
 STEPS = ((20, 0), (3, 20), (1, 23))
-# Rows an expert may receive in one step: 4 takes the 4-vector (or gemv) kernels, 9 the 8-vector tiles
-# (or dequant + BLAS) plus the 1-vector tail; a 20-token forward gives each expert only a row or two.
-EXPERT_ROWS = (4, 9)
+# Rows an expert may receive in one step: 1 takes the int8 kernels that read rows in place, 4 the
+# row-interleaving ones (or the float gemv), 9 dequant + BLAS for float-path types; a 20-token forward
+# gives each expert only a row or two.
+EXPERT_ROWS = (1, 4, 9)
 
 
 def warm_up(model, n_ctx):

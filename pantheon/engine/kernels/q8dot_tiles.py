@@ -1,12 +1,11 @@
-"""Prefill kernels (n >= 8 vectors) that unpack a chunk of weight rows once into scratch, then tile 8 vectors.
+"""Prefill and batched-decode kernels: a task interleaves 32 weight rows once, then runs every vector past them.
 
-Unpacking each weight group once per 8 vectors (the former 8-vector kernels) redid it 16 times per row
-at n = 128, with the nibble shifts, 6-bit scale decoding and scale products in the inner loop. Here
-each task unpacks its CHUNK rows once into u8 quants in activation order plus float32 scales (tens of
-KiB, cache-resident; the weights stay zero-copy views of the file). The dot loop then takes two rows
-against 8 vectors (16 accumulators, each activation load serving both rows) and reads every
-weight-times-activation scale as a broadcast load from a small table instead of a lane shuffle.
-Per (row, vector) the float operations are the 1-vector kernels' in the same order: bit-identical.
+Each task unpacks its CHUNK rows into u8 quants laid out [block, 4-quant group, row, 4 bytes]
+(tens of KiB, cache-resident; the weights stay zero-copy views of the file) and their float32 d
+laid out [block, row]. One 512-bit vpdpbusd then advances 16 rows by 4 quants against 4 activation
+bytes broadcast to every lane (simd512), so a row's block dot lands whole in its lane and one convert
+and one fma finish 16 rows. Four vectors share every weight load, two 16-row groups every activation
+broadcast. Per (row, vector) the operations are q8dot's decode kernels': the same bits.
 """
 
 import numpy as np
@@ -14,128 +13,149 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from numba import prange
 
 from pantheon.engine.kernels.jit import exact, inline
-from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fma_at, fma_lanes, fzero, half_at,
-                                          hsum, lane, load8, load32, nibbles16, prefetch, scale_lanes, store8, store32)
+from pantheon.engine.kernels.simd import bits32, flip_sign, half_at, nibbles16, prefetch
+from pantheon.engine.kernels.simd512 import (bdot16, fma16, fzero16, ibcast16, interleave_q4_0, interleave_q8_0,
+                                             scatter_words, store16)
 
 QK = 32
 Q4_0_BYTES = GGML_QUANT_SIZES[GGMLQuantizationType.Q4_0][1]
 Q8_0_BYTES = GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][1]
-# Rows unpacked per prange task: 16 rows of a 5632-column matrix are 88 KiB of quants (L2), and
-# 16 rows give each 8-vector activation tile enough reuse to stay in L1.
-CHUNK = 16
+# Rows interleaved per prange task: two 16-lane groups. 32 rows of a 5632-column matrix are 176 KiB
+# of quants (L2).
+CHUNK = 32
+# Bytes of one 4-quant group of all CHUNK rows in the interleaved tile.
+GROUP = 4 * CHUNK
 
 
 @inline
-def _unpack_q4_0(raw, r, q, ds, dm):
-    """Row r of Q4_0 -> q u8 [cols] (0..15), ds = dm = d per 32 quants."""
-    row = raw[r]  # [row_bytes]
-    for b in range(q.shape[0] // QK):
-        prefetch(row, b * Q4_0_BYTES + PREFETCH_BYTES)
-        d = half_at(row, b * Q4_0_BYTES)
-        ds[b], dm[b] = d, d
-        store32(q, b * QK, nibbles16(row, b * Q4_0_BYTES + 2))
+def _unpack(raw, r0, nr, qt32, ds, eight, nbytes, ahead):
+    """Rows r0..r0+nr (Q8_0 when `eight`, else Q4_0) into lanes 0..nr of the interleaved tile qt32 and ds.
+
+    Block-major, so the 1 KiB a block fills stays in L1; full 16-row groups move as one register
+    transpose (interleave_*), a ragged group's rows word by word."""
+    full, stride = nr - nr % 16, raw.strides[0]
+    for b in range(ds.shape[0] // CHUNK):
+        o = b * nbytes
+        for g in range(0, full, 16):
+            if eight:
+                interleave_q8_0(raw, r0 + g, o, stride, qt32, b * 8 * CHUNK + g, CHUNK)
+            else:
+                interleave_q4_0(raw, r0 + g, o, stride, qt32, b * 8 * CHUNK + g, CHUNK)
+        for rr in range(nr):
+            ds[b * CHUNK + rr] = half_at(raw[r0 + rr], o)
+        _prefetch_task(raw, ahead, b, ds.shape[0] // CHUNK)
+    for rr in range(full, nr):
+        row = raw[r0 + rr]  # [row_bytes]
+        for b in range(ds.shape[0] // CHUNK):
+            w = flip_sign(bits32(row, b * nbytes + 2, 0, 255)) if eight else nibbles16(row, b * nbytes + 2)  # [32]
+            scatter_words(qt32, b * 8 * CHUNK + rr, CHUNK, w)
 
 
 @inline
-def _unpack_q8_0(raw, r, q, ds):
-    """Row r of Q8_0 -> q u8 [cols] (q + 128, vpdpbusd's unsigned side), ds = d per 32 quants."""
-    row = raw[r]  # [row_bytes]
-    for b in range(q.shape[0] // QK):
-        prefetch(row, b * Q8_0_BYTES + PREFETCH_BYTES)
-        ds[b] = half_at(row, b * Q8_0_BYTES)
-        store32(q, b * QK, flip_sign(bits32(row, b * Q8_0_BYTES + 2, 0, 255)))
+def _prefetch_task(raw, r0, step, steps):
+    """Part `step` of `steps` of a prefetch of rows r0..r0+CHUNK (the worker's next task; none if r0 < 0).
+
+    Block-major reading runs 32 rows' streams at once, more than the hardware prefetcher follows:
+    from DRAM (a model's weights, not a benchmark's cached matrix) the interleave waited on memory.
+    A task's rows are one contiguous region, so it is fetched line by line a task ahead."""
+    if r0 < 0:
+        return
+    rb = raw.shape[1]
+    total = min(CHUNK, raw.shape[0] - r0) * rb
+    per = (total + 64 * steps - 1) // (64 * steps)  # cache lines per step
+    for k in range(step * per, min((step + 1) * per, (total + 63) // 64)):
+        at = k * 64
+        prefetch(raw[r0 + at // rb], at % rb)
 
 
 @inline
-def _scales32(tbl, t0, xdt, i, ds, rr):
-    """tbl[t0 + 8g + k] = ds[rr, g]·xd[i + k, g]: a row's scales for the dot loop's broadcast loads."""
-    for g in range(ds.shape[1]):
-        store8(tbl, t0 + g * 16, scale_lanes(load8(xdt[g], i), ds[rr, g]))
+def _put(outi, r0, lo, acc, nr, tmp):
+    """outi[r0+lo : r0+lo+16] = acc, only the rows the task has (nr of them)."""
+    if lo + 16 <= nr:
+        store16(outi, r0 + lo, acc)
+        return
+    store16(tmp, 0, acc)
+    for k in range(max(0, nr - lo)):
+        outi[r0 + lo + k] = tmp[k]
 
 
 @inline
-def _pair32(q, ds, dm, rr, r0, xq, i, xdt, xst, tbl, out, zero):
-    """Rows rr, rr + 1 against vectors i..i+7: each activation load serves two rows (16 accumulators)."""
+def _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp):
+    """Vectors i..i+3 against the task's two 16-row groups: 8 int and 8 float row-lane accumulators."""
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-    x4, x5, x6, x7 = xq[i + 4], xq[i + 5], xq[i + 6], xq[i + 7]  # [cols] int8 bytes each
-    qa, qb = q[rr], q[rr + 1]  # [cols] unpacked quants each
-    _scales32(tbl, 0, xdt, i, ds, rr)
-    _scales32(tbl, 8, xdt, i, ds, rr + 1)
-    a0, a1, a2, a3, a4, a5, a6, a7, oa = fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero()
-    b0, b1, b2, b3, b4, b5, b6, b7, ob = fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero(), fzero()
-    for g in range(ds.shape[1]):
-        wa, wb, xo, t = load32(qa, g * QK), load32(qb, g * QK), g * QK, g * 16
-        y0, y1, y2, y3 = bits32(x0, xo, 0, 255), bits32(x1, xo, 0, 255), bits32(x2, xo, 0, 255), bits32(x3, xo, 0, 255)
-        a0, b0 = fma_at(a0, dot4(wa, y0), tbl, t), fma_at(b0, dot4(wb, y0), tbl, t + 8)
-        a1, b1 = fma_at(a1, dot4(wa, y1), tbl, t + 1), fma_at(b1, dot4(wb, y1), tbl, t + 9)
-        a2, b2 = fma_at(a2, dot4(wa, y2), tbl, t + 2), fma_at(b2, dot4(wb, y2), tbl, t + 10)
-        a3, b3 = fma_at(a3, dot4(wa, y3), tbl, t + 3), fma_at(b3, dot4(wb, y3), tbl, t + 11)
-        y0, y1, y2, y3 = bits32(x4, xo, 0, 255), bits32(x5, xo, 0, 255), bits32(x6, xo, 0, 255), bits32(x7, xo, 0, 255)
-        a4, b4 = fma_at(a4, dot4(wa, y0), tbl, t + 4), fma_at(b4, dot4(wb, y0), tbl, t + 12)
-        a5, b5 = fma_at(a5, dot4(wa, y1), tbl, t + 5), fma_at(b5, dot4(wb, y1), tbl, t + 13)
-        a6, b6 = fma_at(a6, dot4(wa, y2), tbl, t + 6), fma_at(b6, dot4(wb, y2), tbl, t + 14)
-        a7, b7 = fma_at(a7, dot4(wa, y3), tbl, t + 7), fma_at(b7, dot4(wb, y3), tbl, t + 15)
-        xs8 = load8(xst[g], i)
-        oa, ob = fma_lanes(oa, xs8, dm[rr, g]), fma_lanes(ob, xs8, dm[rr + 1, g])
-    for k, (a, b) in enumerate(((a0, b0), (a1, b1), (a2, b2), (a3, b3), (a4, b4), (a5, b5), (a6, b6), (a7, b7))):
-        out[i + k, r0 + rr] = hsum(a) - zero * lane(oa, k)
-        out[i + k, r0 + rr + 1] = hsum(b) - zero * lane(ob, k)
+    a0, a1, a2, a3, e0, e1, e2, e3 = fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16()
+    for b in range(xd.shape[1]):
+        c0, c1 = ibcast16(-zero * xsum[i, b]), ibcast16(-zero * xsum[i + 1, b])
+        c2, c3 = ibcast16(-zero * xsum[i + 2, b]), ibcast16(-zero * xsum[i + 3, b])
+        f0, f1, f2, f3 = c0, c1, c2, c3
+        for j in range(8):
+            wo, xo = (b * 8 + j) * GROUP, b * QK + 4 * j
+            c0, c1, c2, c3 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo), bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
+            wo += 64
+            f0, f1, f2, f3 = bdot16(f0, qt, wo, x0, xo), bdot16(f1, qt, wo, x1, xo), bdot16(f2, qt, wo, x2, xo), bdot16(f3, qt, wo, x3, xo)
+        t = b * CHUNK
+        a0, a1, a2, a3 = fma16(a0, c0, ds, t, xd[i, b]), fma16(a1, c1, ds, t, xd[i + 1, b]), fma16(a2, c2, ds, t, xd[i + 2, b]), fma16(a3, c3, ds, t, xd[i + 3, b])
+        t += 16
+        e0, e1, e2, e3 = fma16(e0, f0, ds, t, xd[i, b]), fma16(e1, f1, ds, t, xd[i + 1, b]), fma16(e2, f2, ds, t, xd[i + 2, b]), fma16(e3, f3, ds, t, xd[i + 3, b])
+    for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
+        _put(out[i + k], r0, 0, a, nr, tmp)
+        _put(out[i + k], r0, 16, e, nr, tmp)
 
 
 @inline
-def _one32(q, ds, dm, rr, r0, xq, i, xdt, xst, tbl, out, zero):
-    """Row rr alone against vectors i..i+7 (the odd row of a ragged chunk)."""
-    qr = q[rr]  # [cols] unpacked quants
-    _scales32(tbl, 0, xdt, i, ds, rr)
-    a0, a1, a2, a3, off = fzero(), fzero(), fzero(), fzero(), fzero()
-    a4, a5, a6, a7 = fzero(), fzero(), fzero(), fzero()
-    for g in range(ds.shape[1]):
-        w, xo, t = load32(qr, g * QK), g * QK, g * 16
-        a0 = fma_at(a0, dot4(w, bits32(xq[i], xo, 0, 255)), tbl, t)
-        a1 = fma_at(a1, dot4(w, bits32(xq[i + 1], xo, 0, 255)), tbl, t + 1)
-        a2 = fma_at(a2, dot4(w, bits32(xq[i + 2], xo, 0, 255)), tbl, t + 2)
-        a3 = fma_at(a3, dot4(w, bits32(xq[i + 3], xo, 0, 255)), tbl, t + 3)
-        a4 = fma_at(a4, dot4(w, bits32(xq[i + 4], xo, 0, 255)), tbl, t + 4)
-        a5 = fma_at(a5, dot4(w, bits32(xq[i + 5], xo, 0, 255)), tbl, t + 5)
-        a6 = fma_at(a6, dot4(w, bits32(xq[i + 6], xo, 0, 255)), tbl, t + 6)
-        a7 = fma_at(a7, dot4(w, bits32(xq[i + 7], xo, 0, 255)), tbl, t + 7)
-        off = fma_lanes(off, load8(xst[g], i), dm[rr, g])
-    for k, a in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
-        out[i + k, r0 + rr] = hsum(a) - zero * lane(off, k)
+def _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp):
+    """`_four` for the single vector i."""
+    x0, a0, e0 = xq[i], fzero16(), fzero16()  # [cols] int8 bytes
+    for b in range(xd.shape[1]):
+        c0 = ibcast16(-zero * xsum[i, b])
+        f0 = c0
+        for j in range(8):
+            wo, xo = (b * 8 + j) * GROUP, b * QK + 4 * j
+            c0, f0 = bdot16(c0, qt, wo, x0, xo), bdot16(f0, qt, wo + 64, x0, xo)
+        a0, e0 = fma16(a0, c0, ds, b * CHUNK, xd[i, b]), fma16(e0, f0, ds, b * CHUNK + 16, xd[i, b])
+    _put(out[i], r0, 0, a0, nr, tmp)
+    _put(out[i], r0, 16, e0, nr, tmp)
 
 
 @inline
-def _tiles32(q, ds, dm, nrows, r0, xq, xdt, xst, out, zero):
-    """Every 8-vector tile against the unpacked rows, two rows at a time; out = Σ - zero·Σ dm·xs."""
-    tbl = np.empty(ds.shape[1] * 16, np.float32)  # [groups * 16] ds·xd of two rows and 8 vectors
-    for i in range(0, xq.shape[0], 8):
-        for rr in range(0, nrows - 1, 2):
-            _pair32(q, ds, dm, rr, r0, xq, i, xdt, xst, tbl, out, zero)
-        if nrows % 2:
-            _one32(q, ds, dm, nrows - 1, r0, xq, i, xdt, xst, tbl, out, zero)
+def _task(raw, xq, xd, xsum, out, zero, nbytes, c, ahead, qt, ds, tmp):
+    """Rows c·CHUNK onward (CHUNK or fewer) interleaved into the worker's scratch, then every vector."""
+    rows, n = raw.shape[0], xq.shape[0]
+    r0 = c * CHUNK
+    nr = min(rows, r0 + CHUNK) - r0
+    if nr < CHUNK:
+        qt[:] = 0  # a ragged task's spare rows: zero quants and scales, their lanes never stored
+        ds[:] = 0.0
+    qt32 = qt.view(np.uint32)  # [nb * 8 * CHUNK] the same bytes as 4-quant words
+    _unpack(raw, r0, nr, qt32, ds, nbytes == Q8_0_BYTES, nbytes, ahead)
+    for i in range(0, n - n % 4, 4):
+        _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp)
+    for i in range(n - n % 4, n):
+        _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp)
+
+
+@inline
+def _tiles(raw, xq, xd, xsum, out, zero, nbytes, threads):
+    """out [n, rows] for every vector: each of `threads` workers takes every threads-th task with one
+    scratch, allocated once per call rather than once per task."""
+    tasks, nb = (raw.shape[0] + CHUNK - 1) // CHUNK, xd.shape[1]
+    workers = max(1, min(tasks, threads))
+    for t in prange(workers):
+        qt = np.empty(nb * 8 * GROUP, np.uint8)  # [nb, 8, CHUNK, 4] interleaved quants
+        ds = np.empty(nb * CHUNK, np.float32)  # [nb, CHUNK] d
+        tmp = np.empty(16, np.float32)  # [16] one ragged row group
+        for c in range(t, tasks, workers):
+            ahead = (c + workers) * CHUNK if c + workers < tasks else -1
+            _task(raw, xq, xd, xsum, out, zero, nbytes, c, ahead, qt, ds, tmp)
 
 
 @exact
-def q4_0_tiles(raw, xq, xdt, xst, out):
-    """q4_0 for n a multiple of 8 (xdt, xst [cols/32, n]): rows unpacked once per task."""
-    rows, cols = raw.shape[0], xq.shape[1]
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        r0, nr = c * CHUNK, min(rows, (c + 1) * CHUNK) - c * CHUNK
-        q = np.empty((CHUNK, cols), np.uint8)  # [chunk, cols] quants in activation order
-        ds = np.empty((CHUNK, cols // QK), np.float32)  # [chunk, cols/32] d
-        for rr in range(nr):
-            _unpack_q4_0(raw, r0 + rr, q[rr], ds[rr], ds[rr])
-        _tiles32(q, ds, ds, nr, r0, xq, xdt, xst, out, np.float32(8.0))
+def q4_0_tiles(raw, xq, xd, xsum, out, threads):
+    """out[i, r] for Q4_0 rows raw and quantized vectors xq (scales xd, sums xsum [n, cols/32])."""
+    _tiles(raw, xq, xd, xsum, out, np.int32(8), Q4_0_BYTES, threads)
 
 
 @exact
-def q8_0_tiles(raw, xq, xdt, xst, out):
-    """q8_0 for n a multiple of 8 (xdt, xst [cols/32, n]): rows unpacked once per task."""
-    rows, cols = raw.shape[0], xq.shape[1]
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        r0, nr = c * CHUNK, min(rows, (c + 1) * CHUNK) - c * CHUNK
-        q = np.empty((CHUNK, cols), np.uint8)  # [chunk, cols] quants + 128 in activation order
-        ds = np.empty((CHUNK, cols // QK), np.float32)  # [chunk, cols/32] d
-        for rr in range(nr):
-            _unpack_q8_0(raw, r0 + rr, q[rr], ds[rr])
-        _tiles32(q, ds, ds, nr, r0, xq, xdt, xst, out, np.float32(128.0))
+def q8_0_tiles(raw, xq, xd, xsum, out, threads):
+    """out[i, r] for Q8_0 rows (q + 128 as vpdpbusd's unsigned side, 128·Σxq folded out)."""
+    _tiles(raw, xq, xd, xsum, out, np.int32(128), Q8_0_BYTES, threads)

@@ -1,25 +1,36 @@
-"""K-quant products with Q8_K activations on AVX2: which types, and which kernel serves which batch.
+"""K-quant products with Q8_K activations: which types, and which kernel serves which batch on this host.
 
-Every n goes through the integer kernels (never dequantize + BLAS): n a multiple of 4 through
-q8k_tiles (rows unpacked once per task), the rest through q8k_dot (Q2_K and Q3_K: q8k_tiles for
-every n), and both compute each output
-with the same operations, so a sequence's logits do not depend on the batch it ran in.
+Every n goes through integer kernels (never dequantize + BLAS), and on one host every kernel of a
+type computes each output with the same operations, so a sequence's logits do not depend on the
+batch it ran in. AVX-512 VNNI hosts: q8k_rows reads rows in place for one vector, q8k_lanes
+interleaves 32 rows per task for every larger batch (and for Q2_K, Q3_K always). AVX2 hosts:
+q8k_dot's 1- and 4-vector kernels, q8k_tiles (rows unpacked once per task) from TILES_FROM vectors.
 """
 
 import functools
 
+import numba
 from gguf import GGMLQuantizationType
 
-from pantheon.engine.kernels import q8k_dot, q8k_tiles
+from pantheon.engine.kernels import q8k_dot, q8k_lanes, q8k_rows, q8k_tiles
 from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8k_acts import Q8K
+from pantheon.engine.kernels.simd import has_vnni
 
 # qtype name -> (direct 1-vector kernel or None, direct 4-vector kernel or None, q8k_tiles kind); without
 # a 1-vector kernel q8k_tiles serves every n.
 _BY_TYPE = {"Q4_K": (q8k_dot.q4_k, q8k_dot.q4_k_x4, q8k_tiles.Q4_K), "Q5_K": (q8k_dot.q5_k, None, q8k_tiles.Q5_K),
             "Q6_K": (q8k_dot.q6_k, q8k_dot.q6_k_x4, q8k_tiles.Q6_K), "Q2_K": (None, None, q8k_tiles.Q2_K),
             "Q3_K": (None, None, q8k_tiles.Q3_K)}
+# qtype name -> (in-place kernel for few vectors or None, in-place 4-vector kernel or None, q8k_lanes kind),
+# on AVX-512 VNNI hosts.
+_BY_TYPE_512 = {"Q4_K": (q8k_rows.q4_k, q8k_rows.q4_k_x4, q8k_tiles.Q4_K), "Q5_K": (q8k_rows.q5_k, None, q8k_tiles.Q5_K),
+                "Q6_K": (q8k_rows.q6_k, q8k_rows.q6_k_x4, q8k_tiles.Q6_K), "Q2_K": (None, None, q8k_tiles.Q2_K),
+                "Q3_K": (None, None, q8k_tiles.Q3_K)}
+# From this many vectors on, q8k_lanes serves the batch on VNNI hosts: with an in-place 4-vector
+# kernel, and with only a 1-vector one (docs/performance.md).
+LANES_FROM, LANES_FROM_1 = 12, 2
 # Vectors per q8k_tiles pass.
 TILE = 4
 # Below this many vectors a direct 4-vector kernel (where one exists) beats unpacking rows for tiles:
@@ -35,6 +46,14 @@ def _kernels(qtype):
     return _BY_TYPE.get(GGMLQuantizationType(qtype).name)
 
 
+@functools.cache
+def _kernels_512(qtype):
+    """The kernels of `qtype` as in _BY_TYPE_512 on an AVX-512 VNNI host, else None."""
+    if not has_vnni():
+        return None
+    return _BY_TYPE_512.get(GGMLQuantizationType(qtype).name)
+
+
 def supports(qtype, cols):
     """True when an integer Q8_K kernel serves `qtype` rows of `cols` values on this host."""
     return cols % QK_K == 0 and _kernels(qtype) is not None
@@ -47,6 +66,25 @@ def activations(x):
 
 def product(qtype, raw, acts, out):
     """out [n, rows] = acts @ dequant(raw).T for a type that `supports`."""
+    if _kernels_512(qtype) is not None:
+        _product_512(qtype, raw, acts, out)
+    else:
+        _product_avx2(qtype, raw, acts, out)
+
+
+def _product_512(qtype, raw, acts, out):
+    one, four, kind = _kernels_512(qtype)
+    if one is None or acts.n >= (LANES_FROM if four is not None else LANES_FROM_1):
+        q8k_lanes.tiles(kind, raw, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads())
+        return
+    m = acts.n - acts.n % 4 if four is not None else 0
+    if m:
+        four(raw, acts.xq[:m], acts.xd[:m], acts.bs16[:m], out[:m])
+    if m < acts.n:
+        one(raw, acts.xq[m:], acts.xd[m:], acts.bs16[m:], out[m:])
+
+
+def _product_avx2(qtype, raw, acts, out):
     one, four, kind = _kernels(qtype)
     m = acts.n if one is None else acts.n - acts.n % TILE
     if m and four is not None and m < TILES_FROM:

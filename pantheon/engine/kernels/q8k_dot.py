@@ -147,12 +147,29 @@ def _x4(six, raw, xq, xd, bs16, out):
 
 
 @inline
-def _k4_block4(a0, a1, a2, a3, row, o, b, x0, x1, x2, x3, xd, bs16, i):
-    """Q4_K super-block b at row[o:] against vectors i..i+3."""
+def q4_k_sums4(row, o, b, x0, x1, x2, x3):
+    """(int32 lanes of Σ sc·q·x for vectors x0..x3, the scales) of the Q4_K super-block b at row[o:]."""
     sc = k4_scales(row, o + 4)  # [16] scales then mins
     s0, s1, s2, s3 = izero(), izero(), izero(), izero()
     for p in range(4):
         s0, s1, s2, s3 = _k4_pair4(s0, s1, s2, s3, row, o + 16 + 32 * p, x0, x1, x2, x3, b * QK_K + 64 * p, sc, 2 * p)
+    return s0, s1, s2, s3, sc
+
+
+@inline
+def q6_k_sums4(row, o, b, x0, x1, x2, x3):
+    """q4_k_sums4 for the Q6_K super-block b at row[o:] (quants 0..63, int8 scales)."""
+    sc = i8_scales(row, o + 192)  # [16] int8 scales
+    s0, s1, s2, s3 = izero(), izero(), izero(), izero()
+    for h in range(2):
+        s0, s1, s2, s3 = _q6_half4(s0, s1, s2, s3, row, o, h, x0, x1, x2, x3, b * QK_K + 128 * h, sc)
+    return s0, s1, s2, s3, sc
+
+
+@inline
+def _k4_block4(a0, a1, a2, a3, row, o, b, x0, x1, x2, x3, xd, bs16, i):
+    """Q4_K super-block b at row[o:] against vectors i..i+3."""
+    s0, s1, s2, s3, sc = q4_k_sums4(row, o, b, x0, x1, x2, x3)
     return (_k4_end(a0, s0, sc, row, o, xd, bs16, i, b), _k4_end(a1, s1, sc, row, o, xd, bs16, i + 1, b),
             _k4_end(a2, s2, sc, row, o, xd, bs16, i + 2, b), _k4_end(a3, s3, sc, row, o, xd, bs16, i + 3, b))
 
@@ -160,10 +177,7 @@ def _k4_block4(a0, a1, a2, a3, row, o, b, x0, x1, x2, x3, xd, bs16, i):
 @inline
 def _q6_block4(a0, a1, a2, a3, row, o, b, x0, x1, x2, x3, xd, bs16, i):
     """Q6_K super-block b at row[o:] against vectors i..i+3."""
-    sc = i8_scales(row, o + 192)  # [16] int8 scales
-    s0, s1, s2, s3 = izero(), izero(), izero(), izero()
-    for h in range(2):
-        s0, s1, s2, s3 = _q6_half4(s0, s1, s2, s3, row, o, h, x0, x1, x2, x3, b * QK_K + 128 * h, sc)
+    s0, s1, s2, s3, sc = q6_k_sums4(row, o, b, x0, x1, x2, x3)
     return (_q6_end(a0, s0, sc, row, o, xd, bs16, i, b), _q6_end(a1, s1, sc, row, o, xd, bs16, i + 1, b),
             _q6_end(a2, s2, sc, row, o, xd, bs16, i + 2, b), _q6_end(a3, s3, sc, row, o, xd, bs16, i + 3, b))
 

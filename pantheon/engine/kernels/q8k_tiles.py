@@ -98,7 +98,8 @@ def _unpack_q3(raw, r, q, sv, mn, d, dm):
 
 
 @inline
-def _unpack(kind, raw, r, q, sv, mn, d, dm):
+def unpack(kind, raw, r, q, sv, mn, d, dm):
+    """Row r of a K-quant `kind` into the common form."""
     if kind == Q6_K:
         _unpack_q6(raw, r, q, sv, mn, d, dm)
     elif kind == Q2_K:
@@ -160,7 +161,7 @@ def tiles(kind, raw, xq, xd, bs16, out):
         d = np.empty((CHUNK, cols // QK_K), np.float32)  # [CHUNK, nb]
         dm = np.empty((CHUNK, cols // QK_K), np.float32)  # [CHUNK, nb]
         for rr in range(m):
-            _unpack(kind, raw, r0 + rr, q[rr], sv[rr], mn[rr], d[rr], dm[rr])
+            unpack(kind, raw, r0 + rr, q[rr], sv[rr], mn[rr], d[rr], dm[rr])
         for i in range(0, n - n % 4, 4):
             for rr in range(m):
                 _tile4(q[rr], sv[rr], mn[rr], d[rr], dm[rr], xq, xd, bs16, i, out, r0 + rr)

@@ -1,4 +1,4 @@
-"""Row-unpacking prefill kernels: bitwise equal to the 1-vector kernels, close to float64 of dequantize."""
+"""Row-interleaving kernels: bitwise equal to the in-place kernels, close to float64 of dequantize."""
 
 import numpy as np
 import pytest
@@ -10,17 +10,17 @@ from tests.pantheon.engine.kernels.test_q8dot import random_blocks, reference_qu
 
 pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="host has no AVX512-VNNI")
 
-# qtype -> (tiled kernel, 1-vector kernel)
+# qtype -> (interleaving kernel, in-place kernel)
 KERNELS = {T.Q4_0: (q8dot_tiles.q4_0_tiles, q8dot.q4_0), T.Q8_0: (q8dot_tiles.q8_0_tiles, q8dot.q8_0)}
-# 37 rows: two full CHUNKs of rows and a ragged one; 16 vectors: two 8-vector tiles.
-ROWS, COLS, N = 37, 512, 16
+# 85 rows: two full 32-row tasks, then one with a full 16-row group and 5 rows moved one by one;
+# 11 vectors: two 4-vector passes and 3 single ones.
+ROWS, COLS, N = 85, 512, 11
 
 
 def run_tiles(qtype, raw, acts):
     tiles, _ = KERNELS[qtype]
-    xs = acts.xs32  # [n, groups]
     out = np.full((acts.n, raw.shape[0]), np.nan, np.float32)  # [n, rows]
-    tiles(raw, acts.xq, np.ascontiguousarray(acts.xd.T), np.ascontiguousarray(xs.T), out)
+    tiles(raw, acts.xq, acts.xd, acts.xsum, out, 2)
     return out
 
 
@@ -31,7 +31,7 @@ def test_tiles_match_the_one_vector_kernel_bit_for_bit(qtype):
     acts = q8dot.Activations(rng.standard_normal((N, COLS)).astype(np.float32))
     _, one = KERNELS[qtype]
     want = np.empty((N, ROWS), np.float32)  # [n, rows]
-    one(raw, acts.xq, acts.xd, acts.xs32, want)
+    one(raw, acts.xq, acts.xd, acts.xsum, want)
     np.testing.assert_array_equal(run_tiles(qtype, raw, acts), want)
 
 

@@ -1,4 +1,4 @@
-"""AVX2 K-quant kernels on Q8_K activations against float64 products of gguf.quants.dequantize."""
+"""K-quant kernels on Q8_K activations (both host families) against float64 products of gguf.quants.dequantize."""
 
 import numpy as np
 import pytest
@@ -7,6 +7,7 @@ from gguf.quants import dequantize
 from pantheon.engine.kernels import q8dot, q8k
 from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.matmul import qmatmul
+from pantheon.engine.kernels.simd import has_vnni
 from pantheon.engine.weights import Weight
 from tests.pantheon.engine.kernels.blocks import K_QUANTS, random_blocks
 
@@ -14,6 +15,17 @@ pytestmark = pytest.mark.skipif(not has_avx2(), reason="host has no AVX2")
 
 TYPES = K_QUANTS  # every K-quant runs on the Q8_K integer path
 BATCHES = (1, 3, 4, 9, 20)
+
+
+@pytest.fixture(autouse=True, params=["avx512", "avx2"])
+def family(request, monkeypatch):
+    """Each test on the AVX-512 VNNI kernels (q8k_rows, q8k_lanes) and on the AVX2 ones (q8k_dot,
+    q8k_tiles), which an AVX2-only host takes: both run on a VNNI host."""
+    if request.param == "avx512" and not has_vnni():
+        pytest.skip("host has no AVX512-VNNI")
+    if request.param == "avx2":
+        monkeypatch.setattr(q8k, "_kernels_512", lambda qtype: None)
+    return request.param
 
 
 def reference_q8_k(x):
@@ -63,12 +75,14 @@ def test_a_vector_gets_the_same_bits_in_any_batch(qtype):
     rng = np.random.default_rng(int(qtype))
     rows, cols = 21, 512
     raw = random_blocks(qtype, rows, cols, rng)
-    x = rng.standard_normal((q8k.TILES_FROM + 1, cols)).astype(np.float32)  # [17, cols]
+    top = max(q8k.TILES_FROM, q8k.LANES_FROM) + 1
+    x = rng.standard_normal((top, cols)).astype(np.float32)  # [17, cols]
     alone = np.empty((len(x), rows), np.float32)  # [17, rows] each vector by itself
     for i in range(len(x)):
         q8k.product(qtype, raw, q8k.activations(x[i:i + 1]), alone[i:i + 1])
-    # 9: 8 through the 4-vector kernel (the tiles where there is none), 1 alone; 17: 16 through the tiles
-    for n in (9, q8k.TILES_FROM + 1):
+    # 9: 8 through a 4-vector kernel (the tiles or lanes where there is none), 1 alone; 17: 16 through
+    # the tiles or lanes
+    for n in (9, top):
         batched = np.empty((n, rows), np.float32)  # [n, rows]
         q8k.product(qtype, raw, q8k.activations(x[:n]), batched)
         np.testing.assert_array_equal(batched, alone[:n])

@@ -1,0 +1,146 @@
+"""K-quant prefill and batched-decode kernels on AVX-512 VNNI: 32 rows unpacked and interleaved per task.
+
+A task unpacks its rows into q8k_tiles' common form (u8 quants in activation order, an int16 scale
+and min per 16 values, float32 d and dmin per super-block), then moves the quants into the
+interleaved layout of q8dot_tiles ([4-quant group, row, 4 bytes]); scales, mins and d land in row
+lanes as they are unpacked. Per sub-block one 512-bit vpdpbusd per 4 quants gives 16 rows' exact dots D_j, one vpmulld
+applies their scales; per super-block vpdpwssd forms M = Σ m_j·Σx_j (one per 16 values), and
+acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc) with I = Σ sc_j·D_j: the
+operations of q8k_rows' decode kernels, so a row's result does not depend on the batch.
+"""
+
+import numpy as np
+from numba import prange
+
+from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.kblocks import QK_K
+from pantheon.engine.kernels.q8k_tiles import Q4_K, Q5_K, unpack
+from pantheon.engine.kernels.simd512 import (bdot16, fma16, fnma16, fzero16, imadd16, interleave_u8, izero16, mins16,
+                                             store16)
+
+# Rows per task: two 16-lane groups.
+CHUNK = 32
+# Bytes of one 4-quant group of all CHUNK rows in the interleaved tile.
+GROUP = 4 * CHUNK
+
+
+@inline
+def _interleave(q, nr, qt32):
+    """The task's unpacked quants q [CHUNK, cols] into the interleaved tile qt32 [cols/4, CHUNK] words."""
+    cols = q.shape[1]
+    if nr < CHUNK:
+        q[nr:] = 0  # spare rows: zero quants (their scales and d were zeroed too), lanes never stored
+    for g in range(0, CHUNK, 16):
+        for o in range(0, cols, 32):
+            interleave_u8(q, g, o, cols, qt32, (o // 4) * CHUNK + g, CHUNK)
+
+
+@inline
+def _four(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
+    """Vectors i..i+3 against the task's two 16-row groups (sub: values per scale, 16 or 32)."""
+    x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
+    a0, a1, a2, a3, e0, e1, e2, e3 = fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16()
+    for b in range(xd.shape[1]):
+        i0, i1, i2, i3, j0, j1, j2, j3 = izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16()
+        for s in range(QK_K // sub):
+            c0, c1, c2, c3, f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16()
+            for g in range(sub // 4):
+                xo = b * QK_K + s * sub + 4 * g
+                wo = (xo // 4) * GROUP
+                c0, c1, c2, c3 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo), bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
+                wo += 64
+                f0, f1, f2, f3 = bdot16(f0, qt, wo, x0, xo), bdot16(f1, qt, wo, x1, xo), bdot16(f2, qt, wo, x2, xo), bdot16(f3, qt, wo, x3, xo)
+            t = ((b * QK_K + s * sub) // 16) * CHUNK
+            i0, i1, i2, i3 = imadd16(i0, c0, svt, t), imadd16(i1, c1, svt, t), imadd16(i2, c2, svt, t), imadd16(i3, c3, svt, t)
+            t += 16
+            j0, j1, j2, j3 = imadd16(j0, f0, svt, t), imadd16(j1, f1, svt, t), imadd16(j2, f2, svt, t), imadd16(j3, f3, svt, t)
+        a0, e0 = _end(a0, e0, i0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b)
+        a1, e1 = _end(a1, e1, i1, j1, mnt, dt, dmt, bs16[i + 1], xd[i + 1, b], b)
+        a2, e2 = _end(a2, e2, i2, j2, mnt, dt, dmt, bs16[i + 2], xd[i + 2, b], b)
+        a3, e3 = _end(a3, e3, i3, j3, mnt, dt, dmt, bs16[i + 3], xd[i + 3, b], b)
+    for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
+        _put(out[i + k], r0, 0, a, nr, tmp)
+        _put(out[i + k], r0, 16, e, nr, tmp)
+
+
+@inline
+def _end(a, e, ia, ie, mnt, dt, dmt, bsi, xd, b):
+    """Super-block b's two fmas for both row groups of one vector: scaled sums, then mins."""
+    t, m = b * CHUNK, b * 16 * CHUNK
+    a = fnma16(fma16(a, ia, dt, t, xd), mins16(mnt, m, CHUNK, bsi, 16 * b), dmt, t, xd)
+    e = fnma16(fma16(e, ie, dt, t + 16, xd), mins16(mnt, m + 16, CHUNK, bsi, 16 * b), dmt, t + 16, xd)
+    return a, e
+
+
+@inline
+def _one(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
+    """`_four` for the single vector i."""
+    x0, a0, e0 = xq[i], fzero16(), fzero16()  # [cols] int8 bytes
+    for b in range(xd.shape[1]):
+        i0, j0 = izero16(), izero16()
+        for s in range(QK_K // sub):
+            c0, f0 = izero16(), izero16()
+            for g in range(sub // 4):
+                xo = b * QK_K + s * sub + 4 * g
+                c0, f0 = bdot16(c0, qt, (xo // 4) * GROUP, x0, xo), bdot16(f0, qt, (xo // 4) * GROUP + 64, x0, xo)
+            t = ((b * QK_K + s * sub) // 16) * CHUNK
+            i0, j0 = imadd16(i0, c0, svt, t), imadd16(j0, f0, svt, t + 16)
+        a0, e0 = _end(a0, e0, i0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b)
+    _put(out[i], r0, 0, a0, nr, tmp)
+    _put(out[i], r0, 16, e0, nr, tmp)
+
+
+@inline
+def _put(outi, r0, lo, acc, nr, tmp):
+    """outi[r0+lo : r0+lo+16] = acc, only the rows the task has (nr of them)."""
+    if lo + 16 <= nr:
+        store16(outi, r0 + lo, acc)
+        return
+    store16(tmp, 0, acc)
+    for k in range(max(0, nr - lo)):
+        outi[r0 + lo + k] = tmp[k]
+
+
+@inline
+def _tiles(kind, sub, raw, xq, xd, bs16, out, threads):
+    rows, n, cols = raw.shape[0], xq.shape[0], xq.shape[1]
+    tasks = (rows + CHUNK - 1) // CHUNK
+    workers = max(1, min(tasks, threads))
+    for w in prange(workers):
+        q = np.empty((CHUNK, cols), np.uint8)  # [CHUNK, cols] common-form quants in activation order
+        svt = np.empty((cols // 16, CHUNK), np.int32)  # [cols/16, CHUNK] scales in row lanes
+        mnt = np.empty((cols // 16, CHUNK), np.int32)  # [cols/16, CHUNK] mins in row lanes
+        dt = np.empty((cols // QK_K, CHUNK), np.float32)  # [nb, CHUNK] d in row lanes
+        dmt = np.empty((cols // QK_K, CHUNK), np.float32)  # [nb, CHUNK] dmin in row lanes
+        qt32 = np.empty(cols // 4 * CHUNK, np.uint32)  # [cols/4, CHUNK] interleaved quant words
+        tmp = np.empty(16, np.float32)  # [16] one ragged row group
+        qt, svf, mnf, dtf, dmf = qt32.view(np.uint8), svt.ravel(), mnt.ravel(), dt.ravel(), dmt.ravel()
+        for c in range(w, tasks, workers):
+            r0 = c * CHUNK
+            nr = min(rows, r0 + CHUNK) - r0
+            if nr < CHUNK:
+                svt[:, nr:], mnt[:, nr:], dt[:, nr:], dmt[:, nr:] = 0, 0, 0.0, 0.0
+            for rr in range(nr):  # scales straight into row lanes: no second pass over them
+                unpack(kind, raw, r0 + rr, q[rr], svt[:, rr], mnt[:, rr], dt[:, rr], dmt[:, rr])
+            _interleave(q, nr, qt32)
+            for i in range(0, n - n % 4, 4):
+                _four(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
+            for i in range(n - n % 4, n):
+                _one(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
+
+
+@exact
+def tiles32(kind, raw, xq, xd, bs16, out, threads):
+    """out[i, r] for Q8_K vectors and rows of a K-quant `kind` with one scale per 32 values (Q4_K, Q5_K)."""
+    _tiles(kind, 32, raw, xq, xd, bs16, out, threads)
+
+
+@exact
+def tiles16(kind, raw, xq, xd, bs16, out, threads):
+    """out[i, r] for a K-quant `kind` with one scale per 16 values (Q6_K, Q2_K, Q3_K)."""
+    _tiles(kind, 16, raw, xq, xd, bs16, out, threads)
+
+
+def tiles(kind, raw, xq, xd, bs16, out, threads):
+    """The kernel for `kind`'s scale granularity."""
+    (tiles32 if kind in (Q4_K, Q5_K) else tiles16)(kind, raw, xq, xd, bs16, out, threads)
