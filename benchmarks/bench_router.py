@@ -18,6 +18,7 @@ step-to-step noise drowning it.
 """
 
 import argparse
+import http.client
 import json
 import pathlib
 import statistics
@@ -61,9 +62,16 @@ def tokenize(url):
     return time.perf_counter() - t0
 
 
-def one(url, max_tokens):
-    ttft, tps = stream(url, max_tokens)
-    return {"ttft": ttft, "tps": tps, "rtt": tokenize(url)}
+def one(name, url, max_tokens):
+    """One path's streamed completion and /tokenize round trip; a failure names the path and the step
+    (a lost connection on one path must not read as the other's)."""
+    step = "stream"
+    try:
+        ttft, tps = stream(url, max_tokens)
+        step = "tokenize"
+        return {"ttft": ttft, "tps": tps, "rtt": tokenize(url)}
+    except (OSError, http.client.HTTPException) as e:
+        raise RuntimeError(f"{name} path ({url}), {step}: {e!r}") from e
 
 
 def measure(urls, repeats, max_tokens):
@@ -71,7 +79,7 @@ def measure(urls, repeats, max_tokens):
     pairs = []
     for i in range(repeats):
         order = PATHS if i % 2 == 0 else PATHS[::-1]
-        runs = {name: one(urls[name], max_tokens) for name in order}
+        runs = {name: one(name, urls[name], max_tokens) for name in order}
         pairs.append(runs)
     return pairs
 

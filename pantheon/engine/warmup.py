@@ -5,12 +5,13 @@ import numpy as np
 from pantheon.engine.kernels.matmul import qmatmul
 from pantheon.engine.weights import Weight
 
-# (new tokens, cached before): a prefill chunk past the gemv batch limit, a small batch, one decode step
-STEPS = ((20, 0), (3, 20), (1, 23))
-# Rows an expert may receive in one step: 1 takes the int8 kernels that read rows in place, 4 the
-# row-interleaving ones (or the float gemv), 9 dequant + BLAS for float-path types; a 20-token forward
-# gives each expert only a row or two.
-EXPERT_ROWS = (1, 4, 9)
+# (new tokens, cached before): a prefill chunk past every small-batch limit (16 vectors), a decode batch
+# (5: a 4-vector kernel plus a single vector), one decode step.
+STEPS = ((20, 0), (5, 20), (1, 25))
+# Rows an expert may receive in one step: 1 takes the int8 kernels that read rows in place, 4 and 9 the
+# 4-vector or row-interleaving ones (or the float gemv, or dequant + BLAS), 17 the interleaving ones of
+# every type; a 20-token forward gives each expert only a row or two.
+EXPERT_ROWS = (1, 4, 9, 17)
 
 
 def warm_up(model, n_ctx):

@@ -30,7 +30,7 @@ _BY_TYPE_512 = {"Q4_K": (q8k_rows.q4_k, q8k_rows.q4_k_x4, q8k_tiles.Q4_K), "Q5_K
                 "Q3_K": (None, None, q8k_tiles.Q3_K)}
 # From this many vectors on, q8k_lanes serves the batch on VNNI hosts: with an in-place 4-vector
 # kernel, and with only a 1-vector one (docs/performance.md).
-LANES_FROM, LANES_FROM_1 = 12, 2
+LANES_FROM, LANES_FROM_1 = 16, 2
 # Vectors per q8k_tiles pass.
 TILE = 4
 # Below this many vectors a direct 4-vector kernel (where one exists) beats unpacking rows for tiles:

@@ -16,8 +16,8 @@ from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8k_dot import (Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES, q4_k_block, q4_k_sums4, q5_k_block,
                                              q6_k_block, q6_k_sums4)
-from pantheon.engine.kernels.simd import PREFETCH_BYTES, fmadd, half_at, mul, prefetch
-from pantheon.engine.kernels.simd512 import isum8
+from pantheon.engine.kernels.simd import PREFETCH_BYTES, fmadd, fzero4, half_at, lane, mul, prefetch
+from pantheon.engine.kernels.simd512 import fma_super4, isum8, reduce8
 
 # Rows per prange task.
 CHUNK = 16
@@ -76,23 +76,17 @@ def _mins(kind, sc, bsi, b):
 
 
 @inline
-def _end(kind, acc, s, sc, d, dm, xd, bsi, b):
-    """acc after super-block b for one vector: `_one_row`'s two fmas."""
-    acc = fmadd(acc, np.float32(isum8(s)), mul(d, xd[b]))
-    return fmadd(acc, np.float32(isum8(_mins(kind, sc, bsi, b))), -mul(dm, xd[b]))
-
-
-@inline
 def _x4(kind, nbytes, raw, xq, xd, bs16, out):
     """Q4_K or Q6_K rows against 4 vectors at a time (n a multiple of 4): each super-block unpacked once
-    for 4 vectors, each (row, vector) with `_one_row`'s operations."""
+    for 4 vectors, the 8 integer sums (I and M per vector) reduced together (simd512.reduce8) and the
+    4 vectors' fmas run as float lanes, each lane `_one_row`'s operations."""
     rows, n = raw.shape[0], xq.shape[0]
     for c in prange((rows + CHUNK - 1) // CHUNK):
         for i in range(0, n, 4):
             x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
             for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
                 row = raw[r]  # [row_bytes]
-                a0, a1, a2, a3 = np.float32(0.0), np.float32(0.0), np.float32(0.0), np.float32(0.0)
+                acc = fzero4()
                 for b in range(xd.shape[1]):
                     o = b * nbytes
                     prefetch(row, o + PREFETCH_BYTES)
@@ -100,10 +94,11 @@ def _x4(kind, nbytes, raw, xq, xd, bs16, out):
                         s0, s1, s2, s3, sc = q6_k_sums4(row, o, b, x0, x1, x2, x3)
                     else:
                         s0, s1, s2, s3, sc = q4_k_sums4(row, o, b, x0, x1, x2, x3)
+                    red = reduce8(s0, s1, s2, s3, _mins(kind, sc, bs16[i], b), _mins(kind, sc, bs16[i + 1], b),
+                                  _mins(kind, sc, bs16[i + 2], b), _mins(kind, sc, bs16[i + 3], b))  # [8] I, then M
                     d, dm = _d(kind, row, o)
-                    a0, a1 = _end(kind, a0, s0, sc, d, dm, xd[i], bs16[i], b), _end(kind, a1, s1, sc, d, dm, xd[i + 1], bs16[i + 1], b)
-                    a2, a3 = _end(kind, a2, s2, sc, d, dm, xd[i + 2], bs16[i + 2], b), _end(kind, a3, s3, sc, d, dm, xd[i + 3], bs16[i + 3], b)
-                out[i, r], out[i + 1, r], out[i + 2, r], out[i + 3, r] = a0, a1, a2, a3
+                    acc = fma_super4(acc, red, d, dm, xd[i, b], xd[i + 1, b], xd[i + 2, b], xd[i + 3, b])
+                out[i, r], out[i + 1, r], out[i + 2, r], out[i + 3, r] = lane(acc, 0), lane(acc, 1), lane(acc, 2), lane(acc, 3)
 
 
 @exact

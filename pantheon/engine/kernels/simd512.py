@@ -278,3 +278,24 @@ def _interleave(is8, plain=False):
 # One transpose in registers instead of 8 scattered word stores per row.
 # interleave_u8: the same for 32 plain quant bytes per row at o (K-quants after unpacking).
 interleave_q4_0, interleave_q8_0, interleave_u8 = _interleave(False), _interleave(True), _interleave(False, True)
+
+
+@intrinsic
+def fma_super4(typingctx, acc, red, d, dm, x0, x1, x2, x3):
+    """A K-quant super-block's two fmas for 4 vectors at once (float lanes = vectors): red's lanes 0-3
+    are the vectors' integer sums I, lanes 4-7 their M; acc + float(I)·(d·xd), then + float(M)·(−(dm·xd)),
+    each lane the operations of a single vector's scalar chain."""
+    def codegen(context, builder, sig, args):
+        acc, red, d, dm = args[:4]
+        v4f = ir.VectorType(_F32, 4)
+        xd = ir.Constant(v4f, ir.Undefined)
+        for k, x in enumerate(args[4:]):
+            xd = builder.insert_element(xd, x, ir.Constant(_I32, k))
+        lanes = ir.VectorType(_I32, 4)
+        i4 = builder.sitofp(builder.shuffle_vector(red, red, ir.Constant(lanes, [0, 1, 2, 3])), v4f)
+        m4 = builder.sitofp(builder.shuffle_vector(red, red, ir.Constant(lanes, [4, 5, 6, 7])), v4f)
+        acc = _call(builder, "llvm.fma.v4f32", v4f, [i4, builder.fmul(_splat(builder, d, v4f), xd), acc])
+        neg = builder.fneg(builder.fmul(_splat(builder, dm, v4f), xd))
+        return _call(builder, "llvm.fma.v4f32", v4f, [m4, neg, acc])
+    f4 = Vec("f32", 4)
+    return f4(f4, I32X8, types.float32, types.float32, *(types.float32,) * 4), codegen
