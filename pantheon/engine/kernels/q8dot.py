@@ -19,7 +19,7 @@ from gguf import GGMLQuantizationType
 from numba import prange
 
 from pantheon.engine.kernels.jit import exact, inline
-from pantheon.engine.kernels.q8dot_tiles import q4_0_tiles, q8_0_tiles
+from pantheon.engine.kernels.q8dot_tiles import prefetch_rows, q4_0_tiles, q8_0_tiles
 from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fmadd, half_at, has_vnni, mul,
                                           nibbles16, prefetch, store8)
 from pantheon.engine.kernels.simd import fzero as fzero8
@@ -72,7 +72,6 @@ class Activations:
 @inline
 def _dots(row, o, xi, xo, eight):
     """<8 x i32> partial dots of the block at row[o:] (Q8_0 when `eight`, else Q4_0) with xi[xo:xo+32]."""
-    prefetch(row, o + PREFETCH_BYTES)
     w = flip_sign(bits32(row, o + 2, 0, 255)) if eight else nibbles16(row, o + 2)  # [32] u8 quants
     return dot4(w, bits32(xi, xo, 0, 255))
 
@@ -87,6 +86,7 @@ def _eight_rows(raw, r, xi, xd, xsum, zero, nbytes, outi):
         dots = reduce8(_dots(w0, o, xi, xo, eight), _dots(w1, o, xi, xo, eight), _dots(w2, o, xi, xo, eight),
                        _dots(w3, o, xi, xo, eight), _dots(w4, o, xi, xo, eight), _dots(w5, o, xi, xo, eight),
                        _dots(w6, o, xi, xo, eight), _dots(w7, o, xi, xo, eight))  # [8] row lanes
+        prefetch_rows(raw, r + 8, 8, b, xd.shape[0])
         d = pack8(half_at(w0, o), half_at(w1, o), half_at(w2, o), half_at(w3, o),
                   half_at(w4, o), half_at(w5, o), half_at(w6, o), half_at(w7, o))  # [8] row scales
         acc = fma8(acc, dots, -zero * xsum[b], d, xd[b])
@@ -99,6 +99,7 @@ def _one_row(row, xi, xd, xsum, zero, nbytes):
     eight, acc = nbytes == Q8_0_BYTES, np.float32(0.0)
     for b in range(xd.shape[0]):
         o = b * nbytes
+        prefetch(row, o + PREFETCH_BYTES)
         dot = isum8(_dots(row, o, xi, b * QK, eight)) - zero * xsum[b]
         acc = fmadd(acc, np.float32(dot), mul(half_at(row, o), xd[b]))
     return acc
