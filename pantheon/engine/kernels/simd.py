@@ -132,16 +132,6 @@ def store8(typingctx, ary, idx, v):
 
 
 @intrinsic
-def fma_at(typingctx, acc, dots, ary, idx):
-    """acc + float(dots)·ary[idx]: fma_scaled with the scale read from a table (a broadcast load operand)."""
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[2])(context, builder, args[2]).data
-        s = builder.load(builder.gep(data, [args[3]]), align=4)
-        return _fma8(builder, builder.sitofp(args[1], _VF), _splat(builder, s, _VF), args[0])
-    return F32X8(acc, dots, ary, idx), codegen
-
-
-@intrinsic
 def field(typingctx, v, shift, mask):
     """(v >> shift) & mask, lane-wise, on 32 loaded bytes: `bits32` without the load."""
     def codegen(context, builder, sig, args):
@@ -216,58 +206,6 @@ def hsum(typingctx, acc):
 
 
 @intrinsic
-def load4(typingctx, ary, idx):
-    """<4 x float32> from ary[idx:idx+4] of a 1-D float32 array: one scale per vector of a 4-vector tile."""
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        ptr = builder.bitcast(builder.gep(data, [args[1]]), _VF4.as_pointer())
-        return builder.load(ptr, align=4)
-    return F32X4(ary, idx), codegen
-
-
-@intrinsic
-def load8(typingctx, ary, idx):
-    """<8 x float32> from ary[idx:idx+8] of a 1-D float32 array: one scale per vector of an 8-vector tile."""
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        return builder.load(builder.bitcast(builder.gep(data, [args[1]]), _VF.as_pointer()), align=4)
-    return F32X8(ary, idx), codegen
-
-
-def _float_lanes(v):
-    return isinstance(v, Vec) and v.kind == "f32"
-
-
-def _llvm_vec(v):
-    return ir.VectorType(_F32, v.count)
-
-
-@intrinsic
-def scale_lanes(typingctx, v, s):
-    """v·s lane-wise (4 or 8 lanes): one weight scale times every tile vector's activation scale."""
-    if not _float_lanes(v):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.fmul(args[0], _splat(builder, args[1], _llvm_vec(sig.args[0])))
-    return v(v, types.float32), codegen
-
-
-@intrinsic
-def fma_lanes(typingctx, acc, v, s):
-    """fma(v, s, acc) lane-wise (4 or 8 lanes), one rounding: the same bits as `fmadd` on each lane."""
-    if not _float_lanes(acc):
-        return None
-
-    def codegen(context, builder, sig, args):
-        vty = _llvm_vec(sig.args[0])
-        name = f"llvm.fma.v{vty.count}f32"
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3), name)
-        return builder.call(fn, [args[1], _splat(builder, args[2], vty), args[0]])
-    return acc(acc, v, types.float32), codegen
-
-
-@intrinsic
 def mul(typingctx, a, b):
     """a·b as one plain fmul: in kernels compiled without fastmath, the 1-, 4- and 8-vector kernels
     then round each weight-times-activation scale identically."""
@@ -300,13 +238,3 @@ def lane(typingctx, v, k):
     def codegen(context, builder, sig, args):
         return builder.extract_element(args[0], builder.trunc(args[1], _I32))
     return types.float32(v, k), codegen
-
-
-@intrinsic
-def fma_lane(typingctx, acc, dots, v, k):
-    """acc + float(dots)·v[k]: fma_scaled with the scale taken from lane k of a 4- or 8-lane vector."""
-    def codegen(context, builder, sig, args):
-        s = builder.extract_element(args[2], builder.trunc(args[3], _I32))
-        f = builder.sitofp(args[1], _VF)
-        return _fma8(builder, f, _splat(builder, s, _VF), args[0])
-    return F32X8(acc, dots, v, k), codegen

@@ -174,14 +174,6 @@ def fnma16(typingctx, acc, dots, ds, idx, xd):
 
 
 @intrinsic
-def fnma8(typingctx, acc, dots, d, xd):
-    """acc + float(dots)·(−(d·xd)) on 8 row lanes: `fnma16` for rows read in place."""
-    def codegen(context, builder, sig, args):
-        return _neg_fma_rows(builder, args[0], args[1], args[2], args[3], _V8F)
-    return F32X8(acc, dots, d, types.float32), codegen
-
-
-@intrinsic
 def izero16(typingctx):
     """An all-zero int32 row-lane accumulator."""
     def codegen(context, builder, sig, args):
