@@ -13,10 +13,13 @@ import numpy as np
 from numba import prange
 
 from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.avx2 import k4_scales
 from pantheon.engine.kernels.kblocks import QK_K
+from pantheon.engine.kernels.q8k_dot import Q4_K_BYTES
 from pantheon.engine.kernels.q8k_tiles import Q4_K, Q5_K, unpack
-from pantheon.engine.kernels.simd512 import (bdot16, fma16, fnma16, fzero16, imadd16, interleave_u8, izero16, mins16,
-                                             store16)
+from pantheon.engine.kernels.simd import half_at
+from pantheon.engine.kernels.simd512 import (bdot16, fma16, fnma16, fzero16, imadd16, interleave_k4, interleave_u8, izero16,
+                                             mins16, put_k4_scales, store16)
 
 # Rows per task: two 16-lane groups.
 CHUNK = 32
@@ -33,6 +36,34 @@ def _interleave(q, nr, qt32):
     for g in range(0, CHUNK, 16):
         for o in range(0, cols, 32):
             interleave_u8(q, g, o, cols, qt32, (o // 4) * CHUNK + g, CHUNK)
+
+
+@inline
+def _unpack_any(kind, raw, r0, nr, q, qt32, svt, mnt, dt, dmt):
+    """Rows r0..r0+nr of any K-quant `kind` through the common form into the row lanes."""
+    if nr < CHUNK:
+        svt[:, nr:], mnt[:, nr:], dt[:, nr:], dmt[:, nr:] = 0, 0, 0.0, 0.0
+    for rr in range(nr):  # scales straight into row lanes: no second pass over them
+        unpack(kind, raw, r0 + rr, q[rr], svt[:, rr], mnt[:, rr], dt[:, rr], dmt[:, rr])
+    _interleave(q, nr, qt32)
+
+
+@inline
+def _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt):
+    """CHUNK Q4_K rows into the row lanes without the common form: each 32 nibble bytes of 16 rows move as
+    one register transpose (interleave_k4: two sub-blocks), then the 6-bit scales and mins per row."""
+    stride = raw.strides[0]
+    for g in range(0, CHUNK, 16):
+        for b in range(dt.shape[0]):
+            for p in range(4):
+                interleave_k4(raw, r0 + g, b * Q4_K_BYTES + 16 + 32 * p, stride, qt32, (b * 64 + 16 * p) * CHUNK + g, CHUNK)
+    svf, mnf = svt.ravel(), mnt.ravel()  # [cols/16 * CHUNK] each, the same memory
+    for rr in range(CHUNK):
+        row = raw[r0 + rr]  # [row_bytes]
+        for b in range(dt.shape[0]):
+            o = b * Q4_K_BYTES
+            dt[b, rr], dmt[b, rr] = half_at(row, o), half_at(row, o + 2)
+            put_k4_scales(k4_scales(row, o + 4), svf, b * 16 * CHUNK + rr, mnf, b * 16 * CHUNK + rr, CHUNK)
 
 
 @inline
@@ -118,11 +149,10 @@ def _tiles(kind, sub, raw, xq, xd, bs16, out, threads):
         for c in range(w, tasks, workers):
             r0 = c * CHUNK
             nr = min(rows, r0 + CHUNK) - r0
-            if nr < CHUNK:
-                svt[:, nr:], mnt[:, nr:], dt[:, nr:], dmt[:, nr:] = 0, 0, 0.0, 0.0
-            for rr in range(nr):  # scales straight into row lanes: no second pass over them
-                unpack(kind, raw, r0 + rr, q[rr], svt[:, rr], mnt[:, rr], dt[:, rr], dmt[:, rr])
-            _interleave(q, nr, qt32)
+            if kind == Q4_K and nr == CHUNK:
+                _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt)
+            else:
+                _unpack_any(kind, raw, r0, nr, q, qt32, svt, mnt, dt, dmt)
             for i in range(0, n - n % 4, 4):
                 _four(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
             for i in range(n - n % 4, n):

@@ -236,24 +236,24 @@ def _store_at(context, builder, aryty, ary, idx, v):
     builder.store(v, _ptr(context, builder, aryty, ary, idx, v.type), align=4)
 
 
-def _interleave(is8, plain=False):
-    """The intrinsic moving 16 rows' blocks at byte o into the interleaved tile (Q8_0 when is8, else Q4_0;
-    `plain`: 32 bytes at o as they are, already unpacked quants)."""
-    nwords = 8 if is8 or plain else 4
+def _interleave(name, nwords, skip, op):
+    """The intrinsic moving `nwords` quant words per row, `skip` bytes after o, of 16 rows into the
+    interleaved tile; op: "nibbles" (low nibbles give groups 0..nwords-1, high nibbles the next
+    nwords), "flip" (int8 quants as q + 128, vpdpbusd's unsigned side) or "plain" (bytes as they are)."""
     low, four = [0x0F0F0F0F] * 16, [4] * 16
 
     def typer(typingctx, raw, r0, o, stride, qt32, dst, gstride):
         def codegen(context, builder, sig, args):
             raw_, r0_, o_, stride_, qt_, dst_, gstride_ = args
-            qs = o_ if plain else builder.add(o_, ir.Constant(o_.type, 2))  # the quants follow the fp16 d
+            qs = builder.add(o_, ir.Constant(o_.type, skip))
             words = _rows_words(context, builder, sig.args[0], raw_, r0_, qs, stride_, nwords)
             v16 = ir.VectorType(_I32, 16)
             cols = [_column(builder, words, nwords, j) for j in range(nwords)]
-            if plain:
+            if op == "plain":
                 outs = cols
-            elif is8:  # q + 128: vpdpbusd's unsigned side
+            elif op == "flip":
                 outs = [builder.xor(c, ir.Constant(v16, [0x80808080 - 2 ** 32] * 16)) for c in cols]
-            else:  # low nibbles are quants 0-15 (groups 0-3), high nibbles 16-31 (groups 4-7)
+            else:
                 outs = [builder.and_(c, ir.Constant(v16, low)) for c in cols]
                 outs += [builder.and_(builder.lshr(c, ir.Constant(v16, four)), ir.Constant(v16, low)) for c in cols]
             for g, v in enumerate(outs):
@@ -261,15 +261,20 @@ def _interleave(is8, plain=False):
                 _store_at(context, builder, sig.args[4], qt_, idx, v)
             return context.get_dummy_value()
         return types.none(raw, r0, o, stride, qt32, dst, gstride), codegen
-    typer.__name__ = "interleave_u8" if plain else f"interleave_{'q8_0' if is8 else 'q4_0'}"
+    typer.__name__ = name
     return intrinsic(typer)
 
 
-# interleave_q4_0 / interleave_q8_0(raw, r0, o, stride, qt32, dst, gstride): the blocks at byte o of rows
-# r0..r0+15 (stride bytes apart) as 8 groups of 16 row words, qt32[dst + g·gstride :][:16] for group g.
-# One transpose in registers instead of 8 scattered word stores per row.
-# interleave_u8: the same for 32 plain quant bytes per row at o (K-quants after unpacking).
-interleave_q4_0, interleave_q8_0, interleave_u8 = _interleave(False), _interleave(True), _interleave(False, True)
+# interleave_*(raw, r0, o, stride, qt32, dst, gstride): the quants of the blocks at byte o of rows r0..r0+15
+# (stride bytes apart) as groups of 16 row words, qt32[dst + g·gstride :][:16] for group g: one transpose
+# in registers instead of 8 scattered word stores per row and 32 quants.
+# Q4_0 (16 nibble bytes after the fp16 d: 8 groups) and Q8_0 (32 int8 after d: 8 groups).
+interleave_q4_0 = _interleave("interleave_q4_0", 4, 2, "nibbles")
+interleave_q8_0 = _interleave("interleave_q8_0", 8, 2, "flip")
+# 32 unpacked quant bytes at o (K-quants after unpacking to the common form: 8 groups).
+interleave_u8 = _interleave("interleave_u8", 8, 0, "plain")
+# 32 Q4_K nibble bytes at o: sub-block 2p in the low nibbles (groups 0-7), 2p + 1 in the high (8-15).
+interleave_k4 = _interleave("interleave_k4", 8, 0, "nibbles")
 
 
 @intrinsic
@@ -291,3 +296,22 @@ def fma_super4(typingctx, acc, red, d, dm, x0, x1, x2, x3):
         return _call(builder, "llvm.fma.v4f32", v4f, [m4, neg, acc])
     f4 = Vec("f32", 4)
     return f4(f4, I32X8, types.float32, types.float32, *(types.float32,) * 4), codegen
+
+
+@intrinsic
+def put_k4_scales(typingctx, sc, sv, isv, mn, imn, step):
+    """Store k4_scales' lanes (8 scales, then 8 mins of one Q4_K / Q5_K super-block) into row lanes of
+    per-16 tables: sv[isv + 2j·step] = scale j (the per-32 kernels read only those), and mn[imn + 2j·step]
+    = mn[imn + (2j+1)·step] = min j. No scalar 6-bit decoding per value."""
+    def codegen(context, builder, sig, args):
+        sc, sv, isv, mn, imn, step = args
+        for j in range(8):
+            s = builder.sext(builder.extract_element(sc, ir.Constant(_I32, j)), _I32)
+            m = builder.sext(builder.extract_element(sc, ir.Constant(_I32, 8 + j)), _I32)
+            at = builder.add(isv, builder.mul(step, ir.Constant(step.type, 2 * j)))
+            builder.store(s, _ptr(context, builder, sig.args[1], sv, at, _I32), align=4)
+            for h in range(2):
+                at = builder.add(imn, builder.mul(step, ir.Constant(step.type, 2 * j + h)))
+                builder.store(m, _ptr(context, builder, sig.args[3], mn, at, _I32), align=4)
+        return context.get_dummy_value()
+    return types.none(sc, sv, isv, mn, imn, step), codegen

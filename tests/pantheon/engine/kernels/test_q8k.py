@@ -73,7 +73,7 @@ def test_product_matches_float64_on_the_same_int8_activations(qtype, n):
 @pytest.mark.parametrize("qtype", TYPES)
 def test_a_vector_gets_the_same_bits_in_any_batch(qtype):
     rng = np.random.default_rng(int(qtype))
-    rows, cols = 21, 512
+    rows, cols = 37, 512  # q8k_lanes: one full 32-row task (Q4_K's direct unpack) and a ragged one
     raw = random_blocks(qtype, rows, cols, rng)
     top = max(q8k.TILES_FROM, q8k.LANES_FROM) + 1
     x = rng.standard_normal((top, cols)).astype(np.float32)  # [17, cols]
