@@ -3,8 +3,8 @@
 numba keys a cached function on its own source file only: a kernel in `q8dot.py` compiled against an
 intrinsic of `simd.py` would be loaded unchanged after `simd.py` is edited. Naming the whole cache
 directory by a digest of every kernel source (kernel_sources) makes any such edit select a fresh, empty directory,
-so nothing compiled against an older helper is ever loaded (old directories are left for the user to
-delete). The directory is chosen when the first kernel is decorated (numba fixes a function's cache
+so nothing compiled against an older helper is ever loaded. Directories of older sources are pruned
+when a new one is chosen (`prune`: the newest few are kept, and any used within a week). The directory is chosen when the first kernel is decorated (numba fixes a function's cache
 location then), so `configure` must run before the kernel modules are imported.
 """
 
@@ -12,12 +12,17 @@ import functools
 import hashlib
 import os
 import pathlib
+import shutil
+import time
 
 import numba
 
 ENGINE = pathlib.Path(__file__).resolve().parents[1]  # pantheon/engine
 
 _state = {"base": None, "active": None}
+# Pruning: other sources' directories kept regardless (a rollback, a second checkout), and the age in
+# seconds past which the rest are removed. Activating a directory refreshes its age.
+KEEP_OTHERS, MAX_AGE_S = 4, 7 * 86400
 
 
 def kernel_sources():
@@ -65,6 +70,26 @@ def activate():
         base = pathlib.Path(_state["base"] or _default_base()).expanduser()
         path = base / f"numba-{source_digest()}"
         path.mkdir(parents=True, exist_ok=True)
+        os.utime(path)
         numba.config.CACHE_DIR = str(path)
         _state["active"] = str(path)
+        prune(base, path)
     return _state["active"]
+
+
+def prune(base, active, now=None):
+    """Remove `numba-*` directories under `base` other than `active` that are neither among the
+    KEEP_OTHERS most recently used nor used within MAX_AGE_S. Best effort: a directory another
+    process still uses is recompiled into by numba if it goes; failures to remove are ignored."""
+    now = time.time() if now is None else now
+    try:
+        others = [p for p in pathlib.Path(base).glob("numba-*") if p.is_dir() and p != pathlib.Path(active)]
+        others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in others[KEEP_OTHERS:]:
+        try:
+            if now - old.stat().st_mtime > MAX_AGE_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            continue
