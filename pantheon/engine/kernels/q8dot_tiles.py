@@ -70,7 +70,7 @@ def prefetch_rows(raw, r0, count, step, steps):
 
 
 @inline
-def _put(outi, r0, lo, acc, nr, tmp):
+def put_rows(outi, r0, lo, acc, nr, tmp):
     """outi[r0+lo : r0+lo+16] = acc, only the rows the task has (nr of them)."""
     if lo + 16 <= nr:
         store16(outi, r0 + lo, acc)
@@ -99,8 +99,8 @@ def _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp):
         t += 16
         e0, e1, e2, e3 = fma16(e0, f0, ds, t, xd[i, b]), fma16(e1, f1, ds, t, xd[i + 1, b]), fma16(e2, f2, ds, t, xd[i + 2, b]), fma16(e3, f3, ds, t, xd[i + 3, b])
     for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
-        _put(out[i + k], r0, 0, a, nr, tmp)
-        _put(out[i + k], r0, 16, e, nr, tmp)
+        put_rows(out[i + k], r0, 0, a, nr, tmp)
+        put_rows(out[i + k], r0, 16, e, nr, tmp)
 
 
 @inline
@@ -114,8 +114,8 @@ def _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp):
             wo, xo = (b * 8 + j) * GROUP, b * QK + 4 * j
             c0, f0 = bdot16(c0, qt, wo, x0, xo), bdot16(f0, qt, wo + 64, x0, xo)
         a0, e0 = fma16(a0, c0, ds, b * CHUNK, xd[i, b]), fma16(e0, f0, ds, b * CHUNK + 16, xd[i, b])
-    _put(out[i], r0, 0, a0, nr, tmp)
-    _put(out[i], r0, 16, e0, nr, tmp)
+    put_rows(out[i], r0, 0, a0, nr, tmp)
+    put_rows(out[i], r0, 16, e0, nr, tmp)
 
 
 @inline

@@ -15,11 +15,12 @@ from numba import prange
 from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.avx2 import k4_scales
 from pantheon.engine.kernels.kblocks import QK_K
+from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.q8k_dot import Q4_K_BYTES
 from pantheon.engine.kernels.q8k_tiles import Q4_K, Q5_K, unpack
 from pantheon.engine.kernels.simd import half_at
 from pantheon.engine.kernels.simd512 import (bdot16, fma16, fnma16, fzero16, imadd16, interleave_k4, interleave_u8, izero16,
-                                             mins16, put_k4_scales, store16)
+                                             mins16, put_k4_scales)
 
 # Rows per task: two 16-lane groups.
 CHUNK = 32
@@ -90,8 +91,8 @@ def _four(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
         a2, e2 = _end(a2, e2, i2, j2, mnt, dt, dmt, bs16[i + 2], xd[i + 2, b], b)
         a3, e3 = _end(a3, e3, i3, j3, mnt, dt, dmt, bs16[i + 3], xd[i + 3, b], b)
     for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
-        _put(out[i + k], r0, 0, a, nr, tmp)
-        _put(out[i + k], r0, 16, e, nr, tmp)
+        put_rows(out[i + k], r0, 0, a, nr, tmp)
+        put_rows(out[i + k], r0, 16, e, nr, tmp)
 
 
 @inline
@@ -117,19 +118,8 @@ def _one(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
             t = ((b * QK_K + s * sub) // 16) * CHUNK
             i0, j0 = imadd16(i0, c0, svt, t), imadd16(j0, f0, svt, t + 16)
         a0, e0 = _end(a0, e0, i0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b)
-    _put(out[i], r0, 0, a0, nr, tmp)
-    _put(out[i], r0, 16, e0, nr, tmp)
-
-
-@inline
-def _put(outi, r0, lo, acc, nr, tmp):
-    """outi[r0+lo : r0+lo+16] = acc, only the rows the task has (nr of them)."""
-    if lo + 16 <= nr:
-        store16(outi, r0 + lo, acc)
-        return
-    store16(tmp, 0, acc)
-    for k in range(max(0, nr - lo)):
-        outi[r0 + lo + k] = tmp[k]
+    put_rows(out[i], r0, 0, a0, nr, tmp)
+    put_rows(out[i], r0, 16, e0, nr, tmp)
 
 
 @inline

@@ -60,19 +60,28 @@ def bdot16(typingctx, acc, w, woff, x, xoff):
     return I32X16(acc, w, woff, x, xoff), codegen
 
 
-def _fma_rows(builder, acc, dots, d, xd, vf):
-    """acc + float(dots)·(d·xd) lane-wise: the product rounded once, then one fused multiply-add."""
+def _fma_rows(builder, acc, dots, d, xd, vf, negate=False):
+    """acc + float(dots)·(d·xd) lane-wise (negate: ·(−(d·xd)), a K-quant's mins term): the product
+    rounded once, negated after rounding, then one fused multiply-add."""
     s = builder.fmul(d, _splat(builder, xd, vf))
+    s = builder.fneg(s) if negate else s
     return _call(builder, f"llvm.fma.v{vf.count}f32", vf, [builder.sitofp(dots, vf), s, acc])
 
 
-@intrinsic
-def fma16(typingctx, acc, dots, ds, idx, xd):
-    """acc + float(dots)·(ds[idx:idx+16]·xd): 16 rows' block dots scaled by their d times the vector's."""
-    def codegen(context, builder, sig, args):
-        d = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _V16F), align=4)
-        return _fma_rows(builder, args[0], args[1], d, args[4], _V16F)
-    return F32X16(acc, dots, ds, idx, types.float32), codegen
+def _fma_table(negate):
+    """fma16 / fnma16: `_fma_rows` with 16 rows' d loaded from a float32 table."""
+    def typer(typingctx, acc, dots, ds, idx, xd):
+        def codegen(context, builder, sig, args):
+            d = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _V16F), align=4)
+            return _fma_rows(builder, args[0], args[1], d, args[4], _V16F, negate)
+        return F32X16(acc, dots, ds, idx, types.float32), codegen
+    typer.__name__ = "fnma16" if negate else "fma16"
+    return intrinsic(typer)
+
+
+# fma16(acc, dots, ds, idx, xd) = acc + float(dots)·(ds[idx:idx+16]·xd): 16 rows' block dots scaled by
+# their d times the vector's; fnma16 the same with the product negated (the mins term of 16 rows).
+fma16, fnma16 = _fma_table(False), _fma_table(True)
 
 
 @intrinsic
@@ -156,21 +165,6 @@ def isum8(typingctx, v):
     def codegen(context, builder, sig, args):
         return _call(builder, "llvm.vector.reduce.add.v8i32", _I32, [args[0]])
     return types.int32(v), codegen
-
-
-def _neg_fma_rows(builder, acc, dots, d, xd, vf):
-    """acc + float(dots)·(−(d·xd)) lane-wise: a K-quant's mins term, its product negated after rounding."""
-    s = builder.fneg(builder.fmul(d, _splat(builder, xd, vf)))
-    return _call(builder, f"llvm.fma.v{vf.count}f32", vf, [builder.sitofp(dots, vf), s, acc])
-
-
-@intrinsic
-def fnma16(typingctx, acc, dots, ds, idx, xd):
-    """acc + float(dots)·(−(ds[idx:idx+16]·xd)): `fma16` for the mins term of 16 rows."""
-    def codegen(context, builder, sig, args):
-        d = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _V16F), align=4)
-        return _neg_fma_rows(builder, args[0], args[1], d, args[4], _V16F)
-    return F32X16(acc, dots, ds, idx, types.float32), codegen
 
 
 @intrinsic
