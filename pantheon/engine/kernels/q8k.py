@@ -74,6 +74,7 @@ def product(qtype, raw, acts, out):
 
 
 def _product_512(qtype, raw, acts, out):
+    """`product` on an AVX-512 VNNI host: in-place kernels for few vectors, q8k_lanes for more."""
     one, four, kind = _kernels_512(qtype)
     if one is None or acts.n >= (LANES_FROM if four is not None else LANES_FROM_1):
         q8k_lanes.tiles(kind, raw, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads())
@@ -86,6 +87,7 @@ def _product_512(qtype, raw, acts, out):
 
 
 def _product_avx2(qtype, raw, acts, out):
+    """`product` on an AVX2 host: q8k_dot's 1- and 4-vector kernels, q8k_tiles from TILES_FROM vectors."""
     one, four, kind = _kernels(qtype)
     m = acts.n if one is None else acts.n - acts.n % TILE
     if m and four is not None and m < TILES_FROM:
