@@ -2,9 +2,10 @@
 
 numba keys a cached function on its own source file only: a kernel in `q8dot.py` compiled against an
 intrinsic of `simd.py` would be loaded unchanged after `simd.py` is edited. Naming the whole cache
-directory by a digest of every kernel source (kernel_sources) makes any such edit select a fresh, empty directory,
-so nothing compiled against an older helper is ever loaded. Directories of older sources are pruned
-when a new one is chosen (`prune`: the newest few are kept, and any used within a week). The directory is chosen when the first kernel is decorated (numba fixes a function's cache
+directory by a digest of every kernel source (kernel_sources) makes any such edit select a fresh,
+empty directory, so nothing compiled against an older helper is ever loaded. Directories of older
+sources are pruned when a new one is chosen (`prune`: the newest few are kept, and any used within a
+week). The directory is chosen when the first kernel is decorated (numba fixes a function's cache
 location then), so `configure` must run before the kernel modules are imported.
 """
 

@@ -79,7 +79,8 @@ def _dots(row, o, xi, xo, eight):
 @inline
 def _eight_rows(raw, r, xi, xd, xsum, zero, nbytes, outi):
     """outi[r:r+8] for one vector: 8 rows in place, their partial dots reduced into row lanes per block."""
-    w0, w1, w2, w3, w4, w5, w6, w7 = raw[r], raw[r + 1], raw[r + 2], raw[r + 3], raw[r + 4], raw[r + 5], raw[r + 6], raw[r + 7]
+    w0, w1, w2, w3 = raw[r], raw[r + 1], raw[r + 2], raw[r + 3]  # [row_bytes] each
+    w4, w5, w6, w7 = raw[r + 4], raw[r + 5], raw[r + 6], raw[r + 7]  # [row_bytes] each
     eight, acc = nbytes == Q8_0_BYTES, fzero8()
     for b in range(xd.shape[0]):
         o, xo = b * nbytes, b * QK

@@ -84,20 +84,25 @@ def put_rows(outi, r0, lo, acc, nr, tmp):
 def _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp):
     """Vectors i..i+3 against the task's two 16-row groups: 8 int and 8 float row-lane accumulators."""
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-    a0, a1, a2, a3, e0, e1, e2, e3 = fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16()
+    a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
+    e0, e1, e2, e3 = fzero16(), fzero16(), fzero16(), fzero16()
     for b in range(xd.shape[1]):
         c0, c1 = ibcast16(-zero * xsum[i, b]), ibcast16(-zero * xsum[i + 1, b])
         c2, c3 = ibcast16(-zero * xsum[i + 2, b]), ibcast16(-zero * xsum[i + 3, b])
         f0, f1, f2, f3 = c0, c1, c2, c3
         for j in range(8):
             wo, xo = (b * 8 + j) * GROUP, b * QK + 4 * j
-            c0, c1, c2, c3 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo), bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
+            c0, c1 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo)
+            c2, c3 = bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
             wo += 64
-            f0, f1, f2, f3 = bdot16(f0, qt, wo, x0, xo), bdot16(f1, qt, wo, x1, xo), bdot16(f2, qt, wo, x2, xo), bdot16(f3, qt, wo, x3, xo)
+            f0, f1 = bdot16(f0, qt, wo, x0, xo), bdot16(f1, qt, wo, x1, xo)
+            f2, f3 = bdot16(f2, qt, wo, x2, xo), bdot16(f3, qt, wo, x3, xo)
         t = b * CHUNK
-        a0, a1, a2, a3 = fma16(a0, c0, ds, t, xd[i, b]), fma16(a1, c1, ds, t, xd[i + 1, b]), fma16(a2, c2, ds, t, xd[i + 2, b]), fma16(a3, c3, ds, t, xd[i + 3, b])
+        a0, a1 = fma16(a0, c0, ds, t, xd[i, b]), fma16(a1, c1, ds, t, xd[i + 1, b])
+        a2, a3 = fma16(a2, c2, ds, t, xd[i + 2, b]), fma16(a3, c3, ds, t, xd[i + 3, b])
         t += 16
-        e0, e1, e2, e3 = fma16(e0, f0, ds, t, xd[i, b]), fma16(e1, f1, ds, t, xd[i + 1, b]), fma16(e2, f2, ds, t, xd[i + 2, b]), fma16(e3, f3, ds, t, xd[i + 3, b])
+        e0, e1 = fma16(e0, f0, ds, t, xd[i, b]), fma16(e1, f1, ds, t, xd[i + 1, b])
+        e2, e3 = fma16(e2, f2, ds, t, xd[i + 2, b]), fma16(e3, f3, ds, t, xd[i + 3, b])
     for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
         put_rows(out[i + k], r0, 0, a, nr, tmp)
         put_rows(out[i + k], r0, 16, e, nr, tmp)

@@ -25,9 +25,10 @@ _BY_TYPE = {"Q4_K": (q8k_dot.q4_k, q8k_dot.q4_k_x4, q8k_tiles.Q4_K), "Q5_K": (q8
             "Q3_K": (None, None, q8k_tiles.Q3_K)}
 # qtype name -> (in-place kernel for few vectors or None, in-place 4-vector kernel or None, q8k_lanes kind),
 # on AVX-512 VNNI hosts.
-_BY_TYPE_512 = {"Q4_K": (q8k_rows.q4_k, q8k_rows.q4_k_x4, q8k_tiles.Q4_K), "Q5_K": (q8k_rows.q5_k, None, q8k_tiles.Q5_K),
-                "Q6_K": (q8k_rows.q6_k, q8k_rows.q6_k_x4, q8k_tiles.Q6_K), "Q2_K": (None, None, q8k_tiles.Q2_K),
-                "Q3_K": (None, None, q8k_tiles.Q3_K)}
+_BY_TYPE_512 = {"Q4_K": (q8k_rows.q4_k, q8k_rows.q4_k_x4, q8k_tiles.Q4_K),
+                "Q5_K": (q8k_rows.q5_k, None, q8k_tiles.Q5_K),
+                "Q6_K": (q8k_rows.q6_k, q8k_rows.q6_k_x4, q8k_tiles.Q6_K),
+                "Q2_K": (None, None, q8k_tiles.Q2_K), "Q3_K": (None, None, q8k_tiles.Q3_K)}
 # From this many vectors on, q8k_lanes serves the batch on VNNI hosts: for types with an in-place
 # 4-vector kernel (Q4_K 5632x2048, 2 threads: even at 12-16 vectors), and for types with only a 1-vector
 # one (Q5_K: 1.30 ms for 6 vectors one by one against 1.13 interleaved; 0.46 against 1.00 for 2).

@@ -1,26 +1,27 @@
 """K-quant prefill and batched-decode kernels on AVX-512 VNNI: 32 rows unpacked and interleaved per task.
 
-A task unpacks its rows into q8k_tiles' common form (u8 quants in activation order, an int16 scale
-and min per 16 values, float32 d and dmin per super-block), then moves the quants into the
-interleaved layout of q8dot_tiles ([4-quant group, row, 4 bytes]); scales, mins and d land in row
-lanes as they are unpacked. Per sub-block one 512-bit vpdpbusd per 4 quants gives 16 rows' exact dots D_j, one vpmulld
-applies their scales; per super-block vpdpwssd forms M = Σ m_j·Σx_j (one per 16 values), and
-acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc) with I = Σ sc_j·D_j: the
-operations of q8k_rows' decode kernels, so a row's result does not depend on the batch.
+A task moves its rows' quants into the interleaved layout of q8dot_tiles ([4-quant group, row,
+4 bytes]) and their scales, mins, d and dmin into row lanes: Q4_K straight from the file (one register
+transpose per two sub-blocks of 16 rows), the other types through q8k_tiles' common form (u8 quants
+in activation order, an int16 scale and min per 16 values). Per sub-block one 512-bit vpdpbusd per
+4 quants gives 16 rows' exact dots D_j and one vpmulld applies their scales; per super-block vpdpwssd
+forms M = Σ m_j·Σx_j (one per 16 values), and acc = fma(float(I), d·xd, acc),
+acc = fma(float(M), −(dmin·xd), acc) with I = Σ sc_j·D_j: the operations of q8k_rows' decode
+kernels, so a row's result does not depend on the batch.
 """
 
 import numpy as np
 from numba import prange
 
-from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.avx2 import k4_scales
+from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.q8k_dot import Q4_K_BYTES
 from pantheon.engine.kernels.q8k_tiles import Q4_K, Q5_K, unpack
 from pantheon.engine.kernels.simd import half_at
-from pantheon.engine.kernels.simd512 import (bdot16, fma16, fnma16, fzero16, imadd16, interleave_k4, interleave_u8, izero16,
-                                             mins16, put_k4_scales)
+from pantheon.engine.kernels.simd512 import (bdot16, fma16, fnma16, fzero16, imadd16, interleave_k4, interleave_u8,
+                                             izero16, mins16, put_k4_scales)
 
 # Rows per task: two 16-lane groups.
 CHUNK = 32
@@ -57,7 +58,8 @@ def _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt):
     for g in range(0, CHUNK, 16):
         for b in range(dt.shape[0]):
             for p in range(4):
-                interleave_k4(raw, r0 + g, b * Q4_K_BYTES + 16 + 32 * p, stride, qt32, (b * 64 + 16 * p) * CHUNK + g, CHUNK)
+                dst = (b * 64 + 16 * p) * CHUNK + g
+                interleave_k4(raw, r0 + g, b * Q4_K_BYTES + 16 + 32 * p, stride, qt32, dst, CHUNK)
     svf, mnf = svt.ravel(), mnt.ravel()  # [cols/16 * CHUNK] each, the same memory
     for rr in range(CHUNK):
         row = raw[r0 + rr]  # [row_bytes]
@@ -71,21 +73,28 @@ def _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt):
 def _four(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
     """Vectors i..i+3 against the task's two 16-row groups (sub: values per scale, 16 or 32)."""
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-    a0, a1, a2, a3, e0, e1, e2, e3 = fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16(), fzero16()
+    a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
+    e0, e1, e2, e3 = fzero16(), fzero16(), fzero16(), fzero16()
     for b in range(xd.shape[1]):
-        i0, i1, i2, i3, j0, j1, j2, j3 = izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16()
+        i0, i1, i2, i3 = izero16(), izero16(), izero16(), izero16()
+        j0, j1, j2, j3 = izero16(), izero16(), izero16(), izero16()
         for s in range(QK_K // sub):
-            c0, c1, c2, c3, f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16()
+            c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
+            f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16()
             for g in range(sub // 4):
                 xo = b * QK_K + s * sub + 4 * g
                 wo = (xo // 4) * GROUP
-                c0, c1, c2, c3 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo), bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
+                c0, c1 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo)
+                c2, c3 = bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
                 wo += 64
-                f0, f1, f2, f3 = bdot16(f0, qt, wo, x0, xo), bdot16(f1, qt, wo, x1, xo), bdot16(f2, qt, wo, x2, xo), bdot16(f3, qt, wo, x3, xo)
+                f0, f1 = bdot16(f0, qt, wo, x0, xo), bdot16(f1, qt, wo, x1, xo)
+                f2, f3 = bdot16(f2, qt, wo, x2, xo), bdot16(f3, qt, wo, x3, xo)
             t = ((b * QK_K + s * sub) // 16) * CHUNK
-            i0, i1, i2, i3 = imadd16(i0, c0, svt, t), imadd16(i1, c1, svt, t), imadd16(i2, c2, svt, t), imadd16(i3, c3, svt, t)
+            i0, i1 = imadd16(i0, c0, svt, t), imadd16(i1, c1, svt, t)
+            i2, i3 = imadd16(i2, c2, svt, t), imadd16(i3, c3, svt, t)
             t += 16
-            j0, j1, j2, j3 = imadd16(j0, f0, svt, t), imadd16(j1, f1, svt, t), imadd16(j2, f2, svt, t), imadd16(j3, f3, svt, t)
+            j0, j1 = imadd16(j0, f0, svt, t), imadd16(j1, f1, svt, t)
+            j2, j3 = imadd16(j2, f2, svt, t), imadd16(j3, f3, svt, t)
         a0, e0 = _end(a0, e0, i0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b)
         a1, e1 = _end(a1, e1, i1, j1, mnt, dt, dmt, bs16[i + 1], xd[i + 1, b], b)
         a2, e2 = _end(a2, e2, i2, j2, mnt, dt, dmt, bs16[i + 2], xd[i + 2, b], b)
@@ -124,6 +133,8 @@ def _one(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
 
 @inline
 def _tiles(kind, sub, raw, xq, xd, bs16, out, threads):
+    """out [n, rows] for every vector: each of `threads` workers takes every threads-th task of CHUNK
+    rows with one scratch, allocated once per call (sub: values per scale, 16 or 32)."""
     rows, n, cols = raw.shape[0], xq.shape[0], xq.shape[1]
     tasks = (rows + CHUNK - 1) // CHUNK
     workers = max(1, min(tasks, threads))

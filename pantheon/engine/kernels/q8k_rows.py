@@ -98,7 +98,8 @@ def _x4(kind, nbytes, raw, xq, xd, bs16, out):
                                   _mins(kind, sc, bs16[i + 2], b), _mins(kind, sc, bs16[i + 3], b))  # [8] I, then M
                     d, dm = _d(kind, row, o)
                     acc = fma_super4(acc, red, d, dm, xd[i, b], xd[i + 1, b], xd[i + 2, b], xd[i + 3, b])
-                out[i, r], out[i + 1, r], out[i + 2, r], out[i + 3, r] = lane(acc, 0), lane(acc, 1), lane(acc, 2), lane(acc, 3)
+                out[i, r], out[i + 1, r] = lane(acc, 0), lane(acc, 1)
+                out[i + 2, r], out[i + 3, r] = lane(acc, 2), lane(acc, 3)
 
 
 @exact
