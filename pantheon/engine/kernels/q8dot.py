@@ -87,7 +87,7 @@ def _eight_rows(raw, r, xi, xd, xsum, zero, nbytes, outi):
         dots = reduce8(_dots(w0, o, xi, xo, eight), _dots(w1, o, xi, xo, eight), _dots(w2, o, xi, xo, eight),
                        _dots(w3, o, xi, xo, eight), _dots(w4, o, xi, xo, eight), _dots(w5, o, xi, xo, eight),
                        _dots(w6, o, xi, xo, eight), _dots(w7, o, xi, xo, eight))  # [8] row lanes
-        prefetch_rows(raw, r + 8, 8, b, xd.shape[0])
+        prefetch_rows(raw, r + 8, 8, o)
         d = pack8(half_at(w0, o), half_at(w1, o), half_at(w2, o), half_at(w3, o),
                   half_at(w4, o), half_at(w5, o), half_at(w6, o), half_at(w7, o))  # [8] row scales
         acc = fma8(acc, dots, -zero * xsum[b], d, xd[b])

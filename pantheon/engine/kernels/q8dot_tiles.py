@@ -43,7 +43,7 @@ def _unpack(raw, r0, nr, qt32, ds, eight, nbytes, ahead):
                 interleave_q4_0(raw, r0 + g, o, stride, qt32, b * 8 * CHUNK + g, CHUNK)
         for rr in range(nr):
             ds[b * CHUNK + rr] = half_at(raw[r0 + rr], o)
-        prefetch_rows(raw, ahead, CHUNK, b, ds.shape[0] // CHUNK)
+        prefetch_rows(raw, ahead, CHUNK, o)
     for rr in range(full, nr):
         row = raw[r0 + rr]  # [row_bytes]
         for b in range(ds.shape[0] // CHUNK):
@@ -52,21 +52,18 @@ def _unpack(raw, r0, nr, qt32, ds, eight, nbytes, ahead):
 
 
 @inline
-def prefetch_rows(raw, r0, count, step, steps):
-    """Part `step` of `steps` of a prefetch of rows r0..r0+count (none if r0 < 0 or past the end).
+def prefetch_rows(raw, r0, count, o):
+    """Prefetch byte o of rows r0..r0+count (those that exist; none if r0 < 0).
 
     Reading many rows block by block runs as many streams at once, more than the hardware prefetcher
     follows: from DRAM (a model's weights, not a benchmark's cached matrix) the kernels waited on
-    memory. Consecutive rows are one contiguous region, so it is fetched line by line, one group of
-    rows ahead of the group being read."""
-    if r0 < 0 or r0 >= raw.shape[0]:
+    memory. Called at each block offset o of the rows being read, it touches every cache line of the
+    next group of rows before that group is read. No division: a line-by-line form with a division
+    per line doubled the cache-resident decode time (Q4_0 5632x2048: 0.37 against 0.18 ms)."""
+    if r0 < 0:
         return
-    rb = raw.shape[1]
-    total = min(count, raw.shape[0] - r0) * rb
-    per = (total + 64 * steps - 1) // (64 * steps)  # cache lines per step
-    for k in range(step * per, min((step + 1) * per, (total + 63) // 64)):
-        at = k * 64
-        prefetch(raw[r0 + at // rb], at % rb)
+    for r in range(r0, min(r0 + count, raw.shape[0])):
+        prefetch(raw[r], o)
 
 
 @inline
