@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_engine import prompt_tokens  # noqa: E402
+from benchmarks.bench_engine import prompt_tokens, repacked_count  # noqa: E402
 
 
 def prefill_tps(model, toks):
@@ -59,7 +59,7 @@ def streams_run(model, prompts, gen):
 def measure(args):
     import pantheon
 
-    model = pantheon.open_model(args.model, threads=args.threads, quantize=args.quantize)
+    model = pantheon.open_model(args.model, threads=args.threads, quantize=args.quantize, repack=not args.no_repack)
     long = prompt_tokens(args.prompt, model.config.n_vocab)
     prompts = [prompt_tokens(args.context + i, model.config.n_vocab)[i:] for i in range(args.streams)]
     streams_run(model, prompts[:2], 2)  # JIT compile or cache load, not timed
@@ -74,7 +74,8 @@ def measure(args):
         same = same and together[0] == alone[0]
     for i in range(1, args.streams):  # every other stream alone once: batched greedy equals alone
         same = same and streams_run(model, prompts[i:i + 1], args.gen)[1][0] == together[i]
-    f = {"prefill_tps": statistics.median(pre), "one_stream_tps": statistics.median(one),
+    f = {"repacked": repacked_count(model), "prefill_tps": statistics.median(pre),
+         "one_stream_tps": statistics.median(one),
          "streams_tps": statistics.median(many), "greedy_equal": same}
     f["vs_prefill"] = f["streams_tps"] / f["prefill_tps"]
     f["vs_one_stream"] = f["streams_tps"] / f["one_stream_tps"]
@@ -91,6 +92,7 @@ def main():
     p.add_argument("--gen", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quantize", action="store_true", help="float matrices to Q8_0 in memory (open_model)")
+    p.add_argument("--no-repack", action="store_true", help="serve Q4_0 / Q8_0 from the file's layout")
     args = p.parse_args()
     f = measure(args)
     print(f"model: {args.model}, {args.threads} threads, {args.streams} streams")
@@ -98,7 +100,8 @@ def main():
           f" {'vs 1 stream':>12} {'greedy equal':>13}")
     print(f"{f['prefill_tps']:>12.2f} {f['one_stream_tps']:>13.2f} {f['streams_tps']:>15.2f}"
           f" {f['vs_prefill']:>11.2f} {f['vs_one_stream']:>12.2f} {str(f['greedy_equal']):>13}")
-    print(json.dumps({"model": os.path.basename(args.model), "quantize": args.quantize, "threads": args.threads,
+    print(json.dumps({"model": os.path.basename(args.model), "quantize": args.quantize, "repack": not args.no_repack,
+                      "threads": args.threads,
                       "streams": args.streams,
                       "prompt": args.prompt, "context": args.context, "gen": args.gen,
                       **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.items()}}))

@@ -75,14 +75,21 @@ def median_of(runs, key):
     return statistics.median(r[key] for r in runs)
 
 
+def repacked_count(model):
+    """How many matrices the model serves from its repacked sidecar (pantheon.engine.repacked)."""
+    from pantheon.engine.model_weights import matrices
+
+    return sum(w.packed is not None for w in matrices(model.weights))
+
+
 def measure(args, lcpp):
     import pantheon
 
     figures = {}
     for threads in args.threads:
         t0 = time.perf_counter()
-        model = pantheon.open_model(args.model, threads=threads)
-        load_s = time.perf_counter() - t0
+        model = pantheon.open_model(args.model, threads=threads, repack=not args.no_repack)
+        load_s = time.perf_counter() - t0  # the first run on a new model includes writing its repacked copy
         toks = prompt_tokens(args.prompt, model.config.n_vocab)
         t0 = time.perf_counter()
         pantheon_run(model, toks[:8], 2)  # JIT compile or cache load; reported, not timed below
@@ -92,7 +99,7 @@ def measure(args, lcpp):
             ours.append(pantheon_run(model, toks, args.gen))
             if lcpp:
                 theirs.append(lcpp_run(lcpp, args.model, threads, toks, args.gen))
-        f = {"load_s": load_s, "first_call_s": warm_s,
+        f = {"load_s": load_s, "first_call_s": warm_s, "repacked": repacked_count(model),
              "prefill_tps": median_of(ours, "prefill_tps"), "decode_tps": median_of(ours, "decode_tps")}
         if theirs:
             f["lcpp_prefill_tps"] = median_of(theirs, "prefill_tps")
@@ -121,6 +128,7 @@ def main():
     p.add_argument("--gen", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--lcpp-python", default=None)
+    p.add_argument("--no-repack", action="store_true", help="serve Q4_0 / Q8_0 from the file's layout")
     args = p.parse_args()
     lcpp = find_lcpp(args.lcpp_python)
     figures = measure(args, lcpp)
@@ -128,7 +136,7 @@ def main():
     if not lcpp:
         print("llama.cpp binding not found: ratios omitted (see ../shared/tools/install-llama-cpp.sh)")
     print(json.dumps({"model": os.path.basename(args.model), "prompt": args.prompt, "gen": args.gen,
-                      "lcpp": bool(lcpp), "threads": {str(k): {kk: round(vv, 4) for kk, vv in v.items()}
+                      "lcpp": bool(lcpp), "repack": not args.no_repack, "threads": {str(k): {kk: round(vv, 4) for kk, vv in v.items()}
                                                        for k, v in figures.items()}}))
 
 

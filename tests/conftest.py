@@ -8,7 +8,21 @@ import pathlib
 # server the tests start (they inherit the environment).
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
 import pytest  # noqa: E402
+
+from pantheon.engine import sizes  # noqa: E402 (no numba: the supervisor imports it too)
+
+# Repacked weights (pantheon.engine.repacked) of the models tests open go to one directory per run,
+# removed at its end, not to the user's cache: in this process and in every server a test starts.
+REPACK_DIR = tempfile.mkdtemp(prefix="pantheon-test-repacked-")
+os.environ["PANTHEON_REPACK_DIR"] = sizes.REPACK_DIR = REPACK_DIR
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(REPACK_DIR, ignore_errors=True)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("PANTHEON_SHARED", ROOT.parent / "shared"))

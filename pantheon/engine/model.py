@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+from pantheon.engine import repacked
 from pantheon.engine.attention import StepLayout, attend_step
 from pantheon.engine.kernels.matmul import dequantize_rows, qmatmul
 from pantheon.engine.kvcache import KVCache
@@ -114,14 +115,18 @@ def default_threads():
     return len(os.sched_getaffinity(0))
 
 
-def open_model(path, threads=None, quantize=False, config=None):
+def open_model(path, threads=None, quantize=False, config=None, repack=True, repack_dir=None):
     """Open a model zero-copy: a GGUF file, or an HF directory / safetensors file (`config`: its
     config.json when not beside it); typed GGUFError subclasses on anything malformed.
 
     quantize=True converts float (F32/F16/BF16) matrices to Q8_0 in memory: no longer zero-copy,
-    but half of F16's memory traffic per token."""
+    but half of F16's memory traffic per token. Otherwise, with `repack`, Q4_0 / Q8_0 matrices are read
+    from their repacked sidecar in `repack_dir` (None: sizes.REPACK_DIR; engine.repacked, written on
+    the first open), else from the file's own layout."""
     gguf, cfg = open_files(path, config)
     weights = bind_weights(gguf.tensors, cfg)
     if quantize:
         weights = quantize_weights(weights)
+    elif repack:
+        weights = repacked.attach(weights, path, repack_dir)
     return Model(gguf, cfg, weights, threads or default_threads())

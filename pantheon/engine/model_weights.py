@@ -1,5 +1,6 @@
 """Bind a GGUF file's tensors to the weights one architecture needs, checking every shape."""
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -109,11 +110,14 @@ def _attention(b, p, cfg):
     return out
 
 
+ROUTER = "ffn_gate_inp.weight"
+
+
 def _ffn(b, p, cfg):
     if cfg.n_expert:
         ff = cfg.n_ff_expert or cfg.n_ff
         return {"experts": Experts(
-            router=b.matrix(p + "ffn_gate_inp.weight", cfg.n_expert, cfg.dim),
+            router=b.matrix(p + ROUTER, cfg.n_expert, cfg.dim),
             gate=b.experts(p + "ffn_gate_exps.weight", cfg.n_expert, ff, cfg.dim),
             up=b.experts(p + "ffn_up_exps.weight", cfg.n_expert, ff, cfg.dim),
             down=b.experts(p + "ffn_down_exps.weight", cfg.n_expert, cfg.dim, ff))}
@@ -141,3 +145,30 @@ def bind_weights(tensors, cfg) -> ModelWeights:
     out = b.matrix("output.weight", cfg.n_vocab, cfg.dim) if b.has("output.weight") else embd
     return ModelWeights(token_embd=embd, output_norm=b.vector("output_norm.weight", cfg.dim), output=out,
                         blocks=tuple(_block(b, i, cfg) for i in range(cfg.n_layer)))
+
+
+def map_weights(weights, fn):
+    """`weights` (any dataclass or tuple tree of them) with every Weight w replaced by fn(w), called once
+    per distinct Weight: a tied output stays tied."""
+    done = {}
+
+    def convert(v):
+        if isinstance(v, Weight):
+            if id(v) not in done:
+                done[id(v)] = fn(v)
+            return done[id(v)]
+        if isinstance(v, tuple):
+            return tuple(convert(x) for x in v)
+        if dataclasses.is_dataclass(v):
+            return dataclasses.replace(v, **{f.name: convert(getattr(v, f.name)) for f in dataclasses.fields(v)})
+        return v
+
+    return convert(weights)
+
+
+def matrices(weights):
+    """Every distinct Weight that qmatmul multiplies by (output first): not token_embd, which is only
+    looked up (unless the output is tied to it), nor MoE routers, which take the exact float matmul."""
+    seen = {}
+    map_weights(dataclasses.replace(weights, token_embd=None), lambda w: seen.setdefault(id(w), w))
+    return [w for w in seen.values() if not w.name.endswith(ROUTER)]

@@ -1,11 +1,10 @@
 """Quantize float weights to Q8_0 at load time (the CLI's --quantize): half the memory of F16."""
 
-import dataclasses
-
 import numpy as np
 from gguf import GGMLQuantizationType
 
 from pantheon.engine.kernels.matmul import dequantize_rows
+from pantheon.engine.model_weights import map_weights
 from pantheon.engine.weights import Weight
 from pantheon.gguf.ggml import FLOAT_TYPES, Q8_0_BLOCK as BLOCK
 
@@ -36,17 +35,4 @@ def to_q8_0(w, chunk=1024):
 
 def quantize_weights(weights):
     """ModelWeights with every float matrix converted to Q8_0; a tied output stays tied."""
-    done = {}
-
-    def convert(v):
-        if isinstance(v, Weight):
-            if id(v) not in done:
-                done[id(v)] = to_q8_0(v)
-            return done[id(v)]
-        if isinstance(v, tuple):
-            return tuple(convert(x) for x in v)
-        if dataclasses.is_dataclass(v):
-            return dataclasses.replace(v, **{f.name: convert(getattr(v, f.name)) for f in dataclasses.fields(v)})
-        return v
-
-    return convert(weights)
+    return map_weights(weights, to_q8_0)

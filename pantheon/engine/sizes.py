@@ -1,4 +1,5 @@
-"""Engine memory facts the load estimator needs; no numba here, so the supervisor may import it."""
+"""Engine memory facts the load estimator needs, and where the engine keeps files; no numba here, so the
+supervisor may import it."""
 
 # Float32 bytes dequantized per prefill tile. Large on purpose: each switch between numba's thread pool
 # (dequant) and OpenBLAS's (sgemm) costs milliseconds on 2 shared vCPUs, so one tile per matrix
@@ -7,3 +8,5 @@
 TILE_BYTES = 64 << 20
 KV_ELEMENT_BYTES = 4       # the KV cache is float32 (pantheon.engine.kvcache)
 PREFILL_CHUNK = 256        # prompt tokens computed per engine step (EngineConfig.prefill_chunk)
+# Where repacked weights (pantheon.engine.repacked) are kept unless told otherwise.
+REPACK_DIR = "~/.cache/pantheon/repacked"

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from pantheon.engine.kernels import repack
 from pantheon.engine.kernels.matmul import qmatmul
 from pantheon.engine.weights import Weight
 
@@ -34,6 +35,15 @@ def _expert_samples(blocks):
         if blk.experts is None:
             continue
         for w in (blk.experts.gate[0], blk.experts.up[0], blk.experts.down[0]):
-            rows = min(16, w.rows)
-            seen.setdefault((w.qtype, w.cols), Weight(w.name, w.qtype, rows, w.cols, w.raw[:rows]))
+            seen.setdefault((w.qtype, w.cols, w.packed is not None), _sample(w, min(16, w.rows)))
     return list(seen.values())
+
+
+def _sample(w, rows):
+    """The first `rows` rows of `w`; repacked too when `w` is, and read-only like its sidecar view, so
+    the kernel compiled here is the one (numba specialises on it) the served step calls."""
+    if w.packed is None:
+        return Weight(w.name, w.qtype, rows, w.cols, w.raw[:rows])
+    packed = repack.pack(w.qtype, w.raw[:rows])  # [1, 32 row_bytes]
+    packed.flags.writeable = False
+    return Weight(w.name, w.qtype, rows, w.cols, w.raw[:rows], packed)

@@ -1,6 +1,7 @@
 """A weight matrix as raw ggml blocks: a zero-copy view of the model file plus its type and shape."""
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -10,6 +11,8 @@ class Weight:
     """`rows` output features of `cols` inputs each; `raw` holds the file's bytes, never a copy.
 
     raw: uint8 [rows, row_bytes] where row_bytes = cols / block_elems * block_bytes of `qtype`.
+    packed: None, or the same matrix in the repacked row-lane layout (kernels.repack), a zero-copy view
+    of its sidecar file (engine.repacked); products then read it instead of raw.
     """
 
     name: str
@@ -17,6 +20,7 @@ class Weight:
     rows: int
     cols: int
     raw: np.ndarray
+    packed: Optional[np.ndarray] = None
 
     def __post_init__(self):
         assert self.raw.dtype == np.uint8 and self.raw.ndim == 2, self.name

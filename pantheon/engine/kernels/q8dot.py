@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType
 from numba import prange
 
 from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.q8dot_repacked import q4_0_repacked, q8_0_repacked
 from pantheon.engine.kernels.q8dot_tiles import prefetch_rows, q4_0_tiles, q8_0_tiles
 from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fmadd, half_at, has_vnni, mul,
                                           nibbles16, prefetch, store8)
@@ -133,10 +134,11 @@ def q8_0(raw, xq, xd, xsum, out):
     _rows_in_place(raw, xq, xd, xsum, out, np.int32(128), Q8_0_BYTES)
 
 
-# qtype name -> (kernel reading rows in place, kernel interleaving rows first (q8dot_tiles)). K-quants take
+# qtype name -> (kernel reading rows in place, kernel interleaving rows first (q8dot_tiles), kernel on the
+# repacked layout (q8dot_repacked)). K-quants take
 # llama.cpp's Q8_K activations and kernels (q8k), which measured faster than VNNI kernels for them at
 # every batch size (docs/performance.md).
-_BY_TYPE = {"Q4_0": (q4_0, q4_0_tiles), "Q8_0": (q8_0, q8_0_tiles)}
+_BY_TYPE = {"Q4_0": (q4_0, q4_0_tiles, q4_0_repacked), "Q8_0": (q8_0, q8_0_tiles, q8_0_repacked)}
 
 
 @functools.cache
@@ -159,8 +161,14 @@ def product(qtype, raw, acts, out):
     operations in the same order: an output does not depend on the batch, and a 1e-6 batch-dependent
     wobble upstream of the int8 rounding would otherwise flip quants and move logits by 1e-2
     (test_model_batch)."""
-    in_place, tiles = _kernels(qtype)
+    in_place, tiles, _ = _kernels(qtype)
     if acts.n >= TILES_FROM:
         tiles(raw, acts.xq, acts.xd, acts.xsum, out, numba.get_num_threads())
     else:
         in_place(raw, acts.xq, acts.xd, acts.xsum, out)
+
+
+def product_repacked(qtype, packed, rows, acts, out):
+    """`product` on the repacked copy (kernels.repack) of a `rows`-row weight: one kernel for every n,
+    with the same bits as `product`."""
+    _kernels(qtype)[2](packed, rows, acts.xq, acts.xd, acts.xsum, out, numba.get_num_threads())

@@ -88,18 +88,25 @@ def half_at(typingctx, ary, off):
 PREFETCH_BYTES = 4096
 
 
-@intrinsic
-def prefetch(typingctx, ary, off):
-    """Ask for the cache line at byte `off` of a 1-D array's data, for reading soon. `off` may lie past
-    the array's end (the next rows of a weight, or nothing): a prefetch never faults."""
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
-        builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])  # read, keep, data
-        return context.get_dummy_value()
-    return types.none(ary, off), codegen
+def _prefetcher(locality, doc):
+    """A prefetch intrinsic (ary, off): ask for the cache line at byte `off` of a 1-D array's data, for
+    reading soon, into the cache levels `locality` names (3: all, L1 included; 2: L2 and out). `off` may
+    lie past the array's end (the next rows of a weight, or nothing): a prefetch never faults."""
+    def typer(typingctx, ary, off):
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(8).as_pointer())
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
+            builder.call(fn, [ptr, ir.Constant(_I32, 0), ir.Constant(_I32, locality), ir.Constant(_I32, 1)])
+            return context.get_dummy_value()
+        return types.none(ary, off), codegen
+    typer.__name__, typer.__doc__ = doc.split(":")[0], doc
+    return intrinsic(typer)
+
+
+prefetch = _prefetcher(3, "prefetch: into every cache level; rows read soon by this core.")
+prefetch_l2 = _prefetcher(2, "prefetch_l2: into L2, not L1; a stream far ahead, which L1 would evict.")
 
 
 @intrinsic

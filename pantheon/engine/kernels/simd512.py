@@ -309,3 +309,55 @@ def put_k4_scales(typingctx, sc, sv, isv, mn, imn, step):
                 builder.store(m, _ptr(context, builder, sig.args[3], mn, at, _I32), align=4)
         return context.get_dummy_value()
     return types.none(sc, sv, isv, mn, imn, step), codegen
+
+
+@intrinsic
+def wload16(typingctx, ary, off):
+    """The 64 bytes at ary[off:] of a uint8 array as <16 x i32>: one quant word of 16 repacked rows."""
+    def codegen(context, builder, sig, args):
+        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16I), align=1)
+    return I32X16(ary, off), codegen
+
+
+def _nibbles(high):
+    """lo16 / hi16: the low or high nibble of every byte of a <16 x i32> word vector, as bytes."""
+    def typer(typingctx, v):
+        def codegen(context, builder, sig, args):
+            v = builder.lshr(args[0], ir.Constant(_V16I, [4] * 16)) if high else args[0]
+            return builder.and_(v, ir.Constant(_V16I, [0x0F0F0F0F] * 16))
+        return I32X16(v), codegen
+    typer.__name__ = "hi16" if high else "lo16"
+    return intrinsic(typer)
+
+
+# lo16(v) / hi16(v): Q4_0's quants 4w..4w+3 / 16+4w..19+4w of 16 rows from their nibble word w.
+lo16, hi16 = _nibbles(False), _nibbles(True)
+
+
+@intrinsic
+def vdot16(typingctx, acc, w, x, xoff):
+    """`bdot16` on quant words already in a register: acc + vpdpbusd(w, x[xoff:xoff+4] in every lane)."""
+    def codegen(context, builder, sig, args):
+        xw = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _I32), align=1)
+        xv = builder.bitcast(_splat(builder, xw, _V16I), _V64B)
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _V16I, [args[0], builder.bitcast(args[1], _V64B), xv])
+    return I32X16(acc, w, x, xoff), codegen
+
+
+@intrinsic
+def fma16h(typingctx, acc, dots, ary, off, xd):
+    """`fma16` with the 16 rows' d read as fp16 at byte `off` of a uint8 array (exact widening, so the
+    same float operations as from a float32 table)."""
+    def codegen(context, builder, sig, args):
+        vh = ir.VectorType(ir.HalfType(), 16)
+        d = builder.fpext(builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], vh), align=1), _V16F)
+        return _fma_rows(builder, args[0], args[1], d, args[4], _V16F)
+    return F32X16(acc, dots, ary, off, types.float32), codegen
+
+
+@intrinsic
+def fload16(typingctx, ary, idx):
+    """ary[idx:idx+16] of a 1-D float32 array: 16 rows' accumulators kept between passes."""
+    def codegen(context, builder, sig, args):
+        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16F), align=4)
+    return F32X16(ary, idx), codegen

@@ -4,6 +4,7 @@ import struct
 import time
 
 import psutil
+import pytest
 from gguf import GGMLQuantizationType as QT
 
 import pantheon
@@ -61,14 +62,18 @@ def write_sparse_model(path):
     return offset
 
 
-def test_open_model_is_zero_copy_and_fast(tmp_path):
+@pytest.mark.parametrize("repack", [False, True])
+def test_open_model_is_zero_copy_and_fast(tmp_path, repack):
+    """From the file, and from its repacked sidecar once written (the first open writes it)."""
     path = tmp_path / "tiny-shape-q4_0.gguf"
     data_bytes = write_sparse_model(path)
     assert data_bytes > 600e6
+    if repack:
+        pantheon.open_model(str(path), threads=1, repack_dir=tmp_path / "rp")
     process = psutil.Process()
     rss = process.memory_info().rss
     started = time.perf_counter()
-    model = pantheon.open_model(str(path), threads=1)
+    model = pantheon.open_model(str(path), threads=1, repack=repack, repack_dir=tmp_path / "rp")
     seconds = time.perf_counter() - started
     grown = process.memory_info().rss - rss
     assert model.config.n_layer == LAYERS and model.weights.token_embd.rows == VOCAB

@@ -1,0 +1,148 @@
+"""Q4_0 / Q8_0 products on repacked weights (kernels.repack): every batch size, rows read as they lie.
+
+A task's block holds its 32 rows' quant words row-interleaved, so one 64-byte load gives one word of
+16 rows and one vpdpbusd against 4 broadcast activation bytes advances all 16 (Q4_0: two, after
+splitting the nibbles in the register). Nothing is transposed per call, and each worker streams one
+contiguous run of tasks, the access the hardware prefetcher follows best. Per (row, vector) the
+operations are q8dot's: D_b = Σ q·xq − z·Σxq exactly, then acc = fma(float(D_b), d_b·xd_b, acc) in
+block order, so results equal the zero-copy kernels' bit for bit at every batch size.
+"""
+
+import numpy as np
+from numba import prange
+
+from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.q8dot_tiles import put_rows
+from pantheon.engine.kernels.repack import ROWS
+from pantheon.engine.kernels.simd import prefetch_l2
+from pantheon.engine.kernels.simd512 import fload16, fma16h, hi16, ibcast16, lo16, store16, vdot16, wload16
+
+QK = 32
+# Bytes of one quant word of all 32 rows, and of its first 16 rows.
+WORD, HALF = 4 * ROWS, 2 * ROWS
+# How far ahead of the block being read a worker asks for its stream's bytes.
+# Blocks per span: every vector passes over a span before the next is read (8 Q4_0 blocks of 32
+# rows are 4.5 KiB).
+SPAN = 8
+AHEAD = 4096
+
+
+@inline
+def _word4(c0, c1, c2, c3, w, x0, x1, x2, x3, xo, nibbles):
+    """Four vectors' dots advanced by one quant word of 16 rows (Q4_0 when `nibbles`: two groups)."""
+    if nibbles:
+        lo, hi = lo16(w), hi16(w)
+        c0, c1 = vdot16(vdot16(c0, lo, x0, xo), hi, x0, xo + 16), vdot16(vdot16(c1, lo, x1, xo), hi, x1, xo + 16)
+        c2, c3 = vdot16(vdot16(c2, lo, x2, xo), hi, x2, xo + 16), vdot16(vdot16(c3, lo, x3, xo), hi, x3, xo + 16)
+        return c0, c1, c2, c3
+    return vdot16(c0, w, x0, xo), vdot16(c1, w, x1, xo), vdot16(c2, w, x2, xo), vdot16(c3, w, x3, xo)
+
+
+@inline
+def _word1(c, w, x, xo, nibbles):
+    """`_word4` for one vector."""
+    if nibbles:
+        return vdot16(vdot16(c, lo16(w), x, xo), hi16(w), x, xo + 16)
+    return vdot16(c, w, x, xo)
+
+
+@inline
+def _stream(row, o, gb, first):
+    """Ask for block o's bytes AHEAD on, on the pass that reads the task from memory (later passes find
+    it in L2): every cache line of it, the task's rows being one contiguous stream."""
+    if first:
+        for line in range(o + AHEAD, o + AHEAD + gb, 64):
+            prefetch_l2(row, line)
+
+
+@inline
+def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
+    """Vectors i..i+3 against task t's two 16-row groups over blocks b0..b1: 8 int and 8 float row-lane
+    accumulators, the float ones carried between spans in acc [n·32]."""
+    k1, k2, k3 = i + 1, i + 2, i + 3
+    x0, x1, x2, x3 = xq[i], xq[k1], xq[k2], xq[k3]  # [cols] int8 bytes each
+    a0, a1, a2, a3 = fload16(acc, 32 * i), fload16(acc, 32 * k1), fload16(acc, 32 * k2), fload16(acc, 32 * k3)
+    e0, e1 = fload16(acc, 32 * i + 16), fload16(acc, 32 * k1 + 16)
+    e2, e3 = fload16(acc, 32 * k2 + 16), fload16(acc, 32 * k3 + 16)
+    row, gb, nibbles = p[t], words * WORD + 2 * ROWS, words == 4
+    for b in range(b0, b1):
+        o = b * gb
+        _stream(row, o, gb, i == 0)
+        c0, c1 = ibcast16(-zero * xsum[i, b]), ibcast16(-zero * xsum[k1, b])
+        c2, c3 = ibcast16(-zero * xsum[k2, b]), ibcast16(-zero * xsum[k3, b])
+        f0, f1, f2, f3 = c0, c1, c2, c3
+        for w in range(words):
+            xo = b * QK + 4 * w
+            c0, c1, c2, c3 = _word4(c0, c1, c2, c3, wload16(row, o + w * WORD), x0, x1, x2, x3, xo, nibbles)
+            f0, f1, f2, f3 = _word4(f0, f1, f2, f3, wload16(row, o + w * WORD + HALF), x0, x1, x2, x3, xo, nibbles)
+        dq = o + words * WORD
+        a0, a1 = fma16h(a0, c0, row, dq, xd[i, b]), fma16h(a1, c1, row, dq, xd[k1, b])
+        a2, a3 = fma16h(a2, c2, row, dq, xd[k2, b]), fma16h(a3, c3, row, dq, xd[k3, b])
+        e0, e1 = fma16h(e0, f0, row, dq + HALF // 2, xd[i, b]), fma16h(e1, f1, row, dq + HALF // 2, xd[k1, b])
+        e2, e3 = fma16h(e2, f2, row, dq + HALF // 2, xd[k2, b]), fma16h(e3, f3, row, dq + HALF // 2, xd[k3, b])
+    for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
+        store16(acc, 32 * (i + k), a)
+        store16(acc, 32 * (i + k) + 16, e)
+
+
+@inline
+def _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
+    """`_four` for the single vector i."""
+    x0, a0, e0 = xq[i], fload16(acc, 32 * i), fload16(acc, 32 * i + 16)  # [cols] int8 bytes
+    row, gb, nibbles = p[t], words * WORD + 2 * ROWS, words == 4
+    for b in range(b0, b1):
+        o = b * gb
+        _stream(row, o, gb, i == 0)
+        c0 = ibcast16(-zero * xsum[i, b])
+        f0 = c0
+        for w in range(words):
+            xo = b * QK + 4 * w
+            c0 = _word1(c0, wload16(row, o + w * WORD), x0, xo, nibbles)
+            f0 = _word1(f0, wload16(row, o + w * WORD + HALF), x0, xo, nibbles)
+        dq = o + words * WORD
+        a0, e0 = fma16h(a0, c0, row, dq, xd[i, b]), fma16h(e0, f0, row, dq + HALF // 2, xd[i, b])
+    store16(acc, 32 * i, a0)
+    store16(acc, 32 * i + 16, e0)
+
+
+@inline
+def _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp):
+    """Task t's rows for every vector: span by span of SPAN blocks, every vector past each span while
+    it is in L1, so the stream from memory never waits for later vectors' passes."""
+    n, nb = xq.shape[0], xd.shape[1]
+    acc[:] = 0.0
+    for b0 in range(0, nb, SPAN):
+        b1 = min(nb, b0 + SPAN)
+        for i in range(0, n - n % 4, 4):
+            _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc)
+        for i in range(n - n % 4, n):
+            _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc)
+    nr = min(rows, (t + 1) * ROWS) - t * ROWS
+    for i in range(n):
+        put_rows(out[i], t * ROWS, 0, fload16(acc, 32 * i), nr, tmp)
+        put_rows(out[i], t * ROWS, 16, fload16(acc, 32 * i + 16), nr, tmp)
+
+
+@inline
+def _products(p, rows, xq, xd, xsum, out, zero, words, threads):
+    """out [n, rows]: each of `threads` workers streams one contiguous run of tasks."""
+    tasks, n = p.shape[0], xq.shape[0]
+    workers = max(1, min(tasks, threads))
+    per = -(-tasks // workers)
+    for wk in prange(workers):
+        acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
+        tmp = np.empty(16, np.float32)  # [16] one ragged row group
+        for t in range(wk * per, min(tasks, (wk + 1) * per)):
+            _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp)
+
+
+@exact
+def q4_0_repacked(p, rows, xq, xd, xsum, out, threads):
+    """out[i, r] for repacked Q4_0 rows p (rows of them) and quantized vectors xq (scales xd, sums xsum)."""
+    _products(p, rows, xq, xd, xsum, out, np.int32(8), 4, threads)
+
+
+@exact
+def q8_0_repacked(p, rows, xq, xd, xsum, out, threads):
+    """out[i, r] for repacked Q8_0 rows (q + 128 as vpdpbusd's unsigned side, 128·Σxq folded out)."""
+    _products(p, rows, xq, xd, xsum, out, np.int32(128), 8, threads)

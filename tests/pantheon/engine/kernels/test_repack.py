@@ -1,0 +1,48 @@
+"""The repacked layout: exactly the documented byte positions, and a lossless permutation of the file."""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as T
+
+from pantheon.engine.kernels import repack
+from tests.pantheon.engine.kernels.blocks import random_blocks
+
+# 85 rows: two full 32-row tasks and one of 21 (11 padding rows).
+ROWS, COLS = 85, 256
+
+
+@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q8_0))
+def test_round_trip_and_size(qtype):
+    raw = random_blocks(qtype, ROWS, COLS, np.random.default_rng(int(qtype)))
+    p = repack.pack(qtype, raw)
+    assert p.shape == (3, raw.shape[1] * 32) and p.nbytes == repack.nbytes(qtype, ROWS, COLS)
+    np.testing.assert_array_equal(repack.unpack(qtype, p, ROWS), raw)
+
+
+@pytest.mark.parametrize("qtype,words", ((T.Q4_0, 4), (T.Q8_0, 8)))
+def test_bytes_lie_where_the_layout_says(qtype, words):
+    """Row r of task t, block b: quant word w at b·G + w·128 + 4·(r % 32), d at b·G + words·128 + 2·(r % 32),
+    G = 32 rows' block bytes; Q8_0 quants + 128. Checked byte by byte against the file's block."""
+    raw = random_blocks(qtype, ROWS, COLS, np.random.default_rng(7))
+    p = repack.pack(qtype, raw)
+    block = raw.shape[1] // (COLS // 32)
+    group = 32 * block
+    flip = 0x80 if qtype == T.Q8_0 else 0
+    for r in (0, 17, 31, 40, 84):
+        t, lane = divmod(r, 32)
+        for b in range(COLS // 32):
+            src = raw[r, b * block:(b + 1) * block]  # [block] the file's block: fp16 d, then quants
+            at = b * group + words * 128 + 2 * lane
+            assert bytes(p[t, at:at + 2]) == bytes(src[:2])
+            for w in range(words):
+                at = b * group + w * 128 + 4 * lane
+                assert bytes(p[t, at:at + 4]) == bytes(src[2 + 4 * w:6 + 4 * w] ^ flip)
+
+
+def test_padding_rows_are_zero():
+    raw = random_blocks(T.Q4_0, ROWS, COLS, np.random.default_rng(3))
+    p = repack.pack(T.Q4_0, raw).reshape(3, COLS // 32, 32 * 18)  # [tasks, nb, 32 rows' block]
+    lanes = slice(4 * (ROWS % 32), 128)
+    for w in range(4):
+        assert not p[2, :, w * 128:(w + 1) * 128][:, lanes].any()
+    assert not p[2, :, 512 + 2 * (ROWS % 32):].any()
