@@ -10,7 +10,9 @@ Prefill: one sequence of --prompt tokens in one forward. Streams: --streams requ
 prompt tokens each, added to one Engine (max_batch = streams); once every stream has its first token,
 the steps until all are done are timed (each step: one forward over all streams, then sampling).
 Runs alternate between the three measurements so drift hits all of them; medians. Also checks that
-every stream's greedy tokens equal what it generates alone. Last line: one JSON object.
+every stream's greedy tokens equal what it generates alone. Then the memory roof (benchmarks/roof.py):
+the weight bytes one step streams and the rate the same threads read memory, so the most tokens/s any
+step of these streams could reach. Last line: one JSON object.
 """
 
 import argparse
@@ -24,6 +26,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_engine import prompt_tokens, repacked_count  # noqa: E402
+from benchmarks.roof import read_bandwidth, step_bytes  # noqa: E402
 
 
 def prefill_tps(model, toks):
@@ -79,6 +82,10 @@ def measure(args):
          "streams_tps": statistics.median(many), "greedy_equal": same}
     f["vs_prefill"] = f["streams_tps"] / f["prefill_tps"]
     f["vs_one_stream"] = f["streams_tps"] / f["one_stream_tps"]
+    f["step_bytes"], f["read_gbps"] = step_bytes(model), read_bandwidth(args.threads) / 1e9
+    # the memory roof: no step runs faster than its weights stream in
+    f["roof_tps"] = args.streams * f["read_gbps"] * 1e9 / f["step_bytes"]
+    f["roof_vs_prefill"] = f["roof_tps"] / f["prefill_tps"]
     return f
 
 
@@ -100,6 +107,8 @@ def main():
           f" {'vs 1 stream':>12} {'greedy equal':>13}")
     print(f"{f['prefill_tps']:>12.2f} {f['one_stream_tps']:>13.2f} {f['streams_tps']:>15.2f}"
           f" {f['vs_prefill']:>11.2f} {f['vs_one_stream']:>12.2f} {str(f['greedy_equal']):>13}")
+    print(f"memory roof: {f['step_bytes'] / 1e6:.0f} MB of weights per step at {f['read_gbps']:.1f} GB/s read ->"
+          f" at most {f['roof_tps']:.1f} tokens/s for {args.streams} streams ({f['roof_vs_prefill']:.2f}x prefill)")
     print(json.dumps({"model": os.path.basename(args.model), "quantize": args.quantize, "repack": not args.no_repack,
                       "threads": args.threads,
                       "streams": args.streams,

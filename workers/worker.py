@@ -1,6 +1,7 @@
 """A die worker: owns the models placed on one die, runs their engines, streams tokens to the fronts."""
 
 import faulthandler
+import logging
 import os
 import signal
 import sys
@@ -198,6 +199,16 @@ class DieWorker:
 CHAOS_EXIT = 13
 
 
+def _log_to_stderr(die_name):
+    """The engine's log records (a model's repacking, or why it was skipped) on stderr, as the worker's
+    own lines are."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"pantheon-worker {die_name}: %(message)s"))
+    engine_log = logging.getLogger("pantheon.engine")
+    engine_log.addHandler(handler)
+    engine_log.setLevel(logging.INFO)
+
+
 def worker_main(layout, die_index, die, slots, ops=None):
     """Entry point in the forked child; returns the exit code (see workers.protocol)."""
     os.setpgid(0, 0)
@@ -206,6 +217,7 @@ def worker_main(layout, die_index, die, slots, ops=None):
         # soak-test faults: SIGUSR1 exits without cleanup, SIGUSR2 hangs the step loop (heartbeat stops)
         signal.signal(signal.SIGUSR1, lambda *_: os._exit(CHAOS_EXIT))
         signal.signal(signal.SIGUSR2, lambda *_: time.sleep(1e9))
+    _log_to_stderr(die.name)
     if die.kind == "cpu" and die.cores:
         os.sched_setaffinity(0, die.cores)
     threads = len(die.cores) if die.cores else None

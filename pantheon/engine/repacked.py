@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 MAGIC = b"PNTHRPK1"
 VERSION = 1  # of the layout in kernels.repack: part of every key
 ALIGN = 4096
+# Rows packed at a time while writing (a multiple of the task's 32): the scratch of a vocabulary-sized
+# matrix stays a few MiB.
+PACK_ROWS = 4096
 # Free space left on the sidecar's file system after writing it, besides the file itself.
 SPARE_BYTES = 1 << 30
 
@@ -137,7 +140,8 @@ def _build(path, header, targets):
             f.write(head)
             for w in targets:
                 f.seek(len(head) + header["tensors"][w.name]["offset"])
-                f.write(repack.pack(w.qtype, w.raw).data)
+                for r0 in range(0, w.rows, PACK_ROWS):  # tasks are independent: bounded scratch
+                    f.write(repack.pack(w.qtype, w.raw[r0:r0 + PACK_ROWS]).data)
             f.truncate(total)
             f.flush()
             os.fsync(f.fileno())
