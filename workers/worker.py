@@ -36,7 +36,7 @@ class DieWorker:
         self.engines = {}
         self.owner = {}  # request id -> slot
         self.threads = threads
-        self.repack_dir = repack_dir  # None: Q4_0 / Q8_0 served from the file's layout (PANTHEON_REPACK_DIR=off)
+        self.repack_dir = repack_dir  # None: every model served from its file's layout (PANTHEON_REPACK_DIR=off)
         self.assigned = list(slots)
         self._load(slots, threads)
 

@@ -589,7 +589,7 @@ class Operations:
     # PANTHEON_KERNEL_CACHE: where compiled CPU kernels are kept (a subdirectory per engine source digest);
     # unset: NUMBA_CACHE_DIR, else pantheon/engine/kernels/__pycache__ (pantheon.engine.kernels.compile_cache)
     kernel_cache: Optional[str] = None
-    # PANTHEON_REPACK_DIR: where Q4_0 / Q8_0 weights are kept repacked for the VNNI kernels, one file per
+    # PANTHEON_REPACK_DIR: where Q4_0 / Q8_0 / Q4_K weights are kept repacked for the VNNI kernels, one file per
     # model (pantheon.engine.repacked); "off": every model serves from its file's own layout
     repack_dir: Optional[str] = sizes.REPACK_DIR
 

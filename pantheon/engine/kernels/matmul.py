@@ -44,7 +44,10 @@ def qmatmul(ws, x):
     n, acts, kacts, outs = x.shape[0], None, None, []
     for w in ws:
         out = np.empty((n, w.rows), dtype=np.float32)  # [n, rows]
-        if w.packed is not None:
+        if w.packed is not None and q8k.supports(w.qtype, w.cols):
+            kacts = kacts or q8k.activations(x)
+            q8k.product_repacked(w.qtype, w.packed, w.rows, kacts, out)
+        elif w.packed is not None:
             acts = acts or q8dot.Activations(x)
             q8dot.product_repacked(w.qtype, w.packed, w.rows, acts, out)
         elif q8k.supports(w.qtype, w.cols):

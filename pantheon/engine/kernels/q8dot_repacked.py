@@ -47,7 +47,7 @@ def _word1(c, w, x, xo, nibbles):
 
 
 @inline
-def _stream(row, o, gb, first):
+def stream_ahead(row, o, gb, first):
     """Ask for block o's bytes AHEAD on, on the pass that reads the task from memory (later passes find
     it in L2): every cache line of it, the task's rows being one contiguous stream."""
     if first:
@@ -67,7 +67,7 @@ def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
     row, gb, nibbles = p[t], words * WORD + 2 * ROWS, words == 4
     for b in range(b0, b1):
         o = b * gb
-        _stream(row, o, gb, i == 0)
+        stream_ahead(row, o, gb, i == 0)
         c0, c1 = ibcast16(-zero * xsum[i, b]), ibcast16(-zero * xsum[k1, b])
         c2, c3 = ibcast16(-zero * xsum[k2, b]), ibcast16(-zero * xsum[k3, b])
         f0, f1, f2, f3 = c0, c1, c2, c3
@@ -92,7 +92,7 @@ def _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
     row, gb, nibbles = p[t], words * WORD + 2 * ROWS, words == 4
     for b in range(b0, b1):
         o = b * gb
-        _stream(row, o, gb, i == 0)
+        stream_ahead(row, o, gb, i == 0)
         c0 = ibcast16(-zero * xsum[i, b])
         f0 = c0
         for w in range(words):

@@ -13,6 +13,7 @@ import numba
 from gguf import GGMLQuantizationType
 
 from pantheon.engine.kernels import q8k_dot, q8k_lanes, q8k_rows, q8k_tiles
+from pantheon.engine.kernels.q8k_repacked import q4_k_repacked
 from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8k_acts import Q8K
@@ -97,3 +98,10 @@ def _product_avx2(qtype, raw, acts, out):
         q8k_tiles.tiles(kind, raw, acts.xq[:m], acts.xd[:m], acts.bs16[:m], out[:m])
     if m < acts.n:
         one(raw, acts.xq[m:], acts.xd[m:], acts.bs16[m:], out[m:])
+
+
+def product_repacked(qtype, packed, rows, acts, out):
+    """`product` on the repacked copy (kernels.repack) of a `rows`-row Q4_K weight, on an AVX-512 VNNI
+    host: one kernel for every n, with the same bits as `product`."""
+    assert GGMLQuantizationType(qtype) == GGMLQuantizationType.Q4_K and _kernels_512(qtype) is not None
+    q4_k_repacked(packed, rows, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads())

@@ -1,70 +1,96 @@
-"""The repacked layout of Q4_0 / Q8_0 weights: 32 rows' blocks interleaved so kernels read them as they lie.
+"""The repacked layout of Q4_0 / Q8_0 / Q4_K weights: 32 rows' blocks interleaved so kernels read them as they lie.
 
-q8dot_tiles interleaves 32 rows per task on every call, because the weights are zero-copy views of
-the file: at 8 vectors that transpose was half of a product's time. Repacked weights are that
+The tiles kernels interleave 32 rows per task on every call, because the weights are zero-copy
+views of the file: at 8 vectors that transpose was half of a product's time. Repacked weights are that
 interleaved tile kept between calls (llama.cpp repacks Q4_0 at load for the same reason). Task t
-holds rows 32t..32t+31, the last task padded with zero rows; per block b of 32 columns:
+holds rows 32t..32t+31, the last task padded with zero rows; per block b, the block's fields one
+after another, each as [unit][row] (a unit: the bytes one row contributes at a time):
 
-  quant words [w][row] u32  Q4_0: the file's 16 nibble bytes per row as 4 words (low nibbles are
-                            quants 4w..4w+3, high nibbles 16+4w..19+4w);
-                            Q8_0: the file's 32 int8 per row as 8 words, each byte + 128
-                            (vpdpbusd's unsigned side)
-  d [row] fp16              the file's scale, as stored
+  Q4_0  quants: 4 words (the file's 16 nibble bytes: low nibbles are quants 4w..4w+3, high
+        nibbles 16+4w..19+4w), then d: fp16
+  Q8_0  quants: 8 words (the file's 32 int8, each + 128: vpdpbusd's unsigned side), then d: fp16
+  Q4_K  quants: 32 words (pair p, word w: low nibbles are values 64p+4w.., high 64p+32+4w..),
+        then the 8 six-bit scales and the 8 six-bit mins decoded to one byte each, then d, then
+        dmin: fp16
 
-So a task's block is a permutation of the file's 32 blocks: the same bytes per row (18 / 34), and a
-repacked weight is exactly as large as the file's, but for the padding rows.
+Q4_0 and Q8_0 are a permutation of the file's bytes (18 / 34 per row and block); Q4_K grows from 144
+to 148 bytes per row and super-block (its 12 packed scale bytes become 16), so no kernel decodes them.
 """
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf import GGMLQuantizationType as T
 
 # Rows per task: two 16-lane groups.
 ROWS = 32
-# qtype -> (bytes per block of one row, quant words per block of one row)
-LAYOUTS = {T.Q4_0: (GGML_QUANT_SIZES[T.Q4_0][1], 4), T.Q8_0: (GGML_QUANT_SIZES[T.Q8_0][1], 8)}
+# qtype -> (values per block, file bytes per block of one row, repacked bytes per block of one row)
+LAYOUTS = {T.Q4_0: (32, 18, 18), T.Q8_0: (32, 34, 34), T.Q4_K: (256, 144, 148)}
 
 
-def supports(qtype):
-    """True when `qtype` has a repacked layout."""
-    return qtype in LAYOUTS
+def supports(qtype, cols):
+    """True when `qtype` rows of `cols` values have a repacked layout."""
+    return qtype in LAYOUTS and cols % LAYOUTS[qtype][0] == 0
 
 
 def nbytes(qtype, rows, cols):
     """Bytes of the repacked form of a rows x cols weight of `qtype` (rows padded to a task)."""
-    block, _ = LAYOUTS[qtype]
-    return -(-rows // ROWS) * ROWS * cols // 32 * block
+    values, _, packed = LAYOUTS[qtype]
+    return -(-rows // ROWS) * ROWS * cols // values * packed
 
 
-def pack(qtype, raw, out=None):
-    """raw uint8 [rows, row_bytes] in the file's layout -> uint8 [tasks, row_bytes · 32] repacked (into
-    `out` when given, e.g. a slice of a memory map)."""
-    block, words = LAYOUTS[qtype]
+def _fields(qtype, blocks):
+    """The block's fields in layout order, each uint8 [tasks, 32, nb, units, unit bytes]."""
+    tasks, rows, nb, _ = blocks.shape
+    if qtype == T.Q4_K:
+        sc, mn = _k4_scales(blocks[..., 4:16])  # [tasks, 32, nb, 8] each
+        return (blocks[..., 16:].reshape(tasks, rows, nb, 32, 4), sc[..., None], mn[..., None],
+                blocks[..., None, 0:2], blocks[..., None, 2:4])
+    qs = blocks[..., 2:].reshape(tasks, rows, nb, -1, 4)  # [tasks, 32, nb, words, 4]
+    return (qs ^ np.uint8(0x80) if qtype == T.Q8_0 else qs), blocks[..., None, 0:2]
+
+
+def _k4_scales(q):
+    """ggml's get_scale_min_k4 over every block: q uint8 [..., 12] -> 8 scales, 8 mins (uint8 [..., 8])."""
+    lo, mid, hi = q[..., 0:4], q[..., 4:8], q[..., 8:12]
+    sc = np.concatenate([lo & 63, (hi & 15) | ((lo >> 6) << 4)], axis=-1)  # [..., 8]
+    mn = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)  # [..., 8]
+    return sc, mn
+
+
+def pack(qtype, raw):
+    """raw uint8 [rows, row_bytes] in the file's layout -> uint8 [tasks, 32 · repacked row bytes]."""
+    _, block, packed = LAYOUTS[qtype]
     rows, row_bytes = raw.shape
     tasks, nb = -(-rows // ROWS), row_bytes // block
     padded = np.zeros((tasks * ROWS, row_bytes), np.uint8)  # [tasks·32, row_bytes]
     padded[:rows] = raw
     blocks = padded.reshape(tasks, ROWS, nb, block)  # [tasks, 32, nb, block]
-    qs = blocks[..., 2:].reshape(tasks, ROWS, nb, words, 4)  # [tasks, 32, nb, words, 4]
-    if qtype == T.Q8_0:
-        qs = qs ^ np.uint8(0x80)
-    out = np.empty((tasks, nb * ROWS * block), np.uint8) if out is None else out  # [tasks, task_bytes]
-    view = out.reshape(tasks, nb, ROWS * block)  # [tasks, nb, 32·block]
-    qbytes = words * 4 * ROWS
-    view[:, :, :qbytes] = qs.transpose(0, 2, 3, 1, 4).reshape(tasks, nb, qbytes)  # [tasks, nb, words·32·4]
-    view[:, :, qbytes:] = blocks[..., :2].transpose(0, 2, 1, 3).reshape(tasks, nb, 2 * ROWS)  # [tasks, nb, 64]
-    return out
+    parts = [f.transpose(0, 2, 3, 1, 4).reshape(tasks, nb, -1) for f in _fields(qtype, blocks)]  # [tasks, nb, *]
+    return np.concatenate(parts, axis=2).reshape(tasks, nb * ROWS * packed)  # [tasks, task bytes]
 
 
 def unpack(qtype, packed, rows):
     """The inverse of `pack`: uint8 [rows, row_bytes] in the file's layout (for tests and checks)."""
-    block, words = LAYOUTS[qtype]
+    _, block, width = LAYOUTS[qtype]
     tasks = packed.shape[0]
-    nb = packed.shape[1] // (ROWS * block)
-    view = packed.reshape(tasks, nb, ROWS * block)  # [tasks, nb, 32·block]
-    qbytes = words * 4 * ROWS
-    qs = view[:, :, :qbytes].reshape(tasks, nb, words, ROWS, 4).transpose(0, 3, 1, 2, 4)  # [tasks, 32, nb, w, 4]
-    if qtype == T.Q8_0:
-        qs = qs ^ np.uint8(0x80)
-    d = view[:, :, qbytes:].reshape(tasks, nb, ROWS, 2).transpose(0, 2, 1, 3)  # [tasks, 32, nb, 2]
-    blocks = np.concatenate([d, qs.reshape(tasks, ROWS, nb, words * 4)], axis=3)  # [tasks, 32, nb, block]
-    return blocks.reshape(tasks * ROWS, nb * block)[:rows]
+    nb = packed.shape[1] // (ROWS * width)
+    view = packed.reshape(tasks, nb, ROWS * width)  # [tasks, nb, 32 · width]
+    shapes = [f.shape[3:] for f in _fields(qtype, np.zeros((1, ROWS, 1, block), np.uint8))]
+    fields, at = [], 0
+    for units, unit in shapes:
+        part = view[:, :, at:at + units * ROWS * unit].reshape(tasks, nb, units, ROWS, unit)
+        fields.append(part.transpose(0, 3, 1, 2, 4).reshape(tasks, ROWS, nb, units * unit))  # [tasks, 32, nb, *]
+        at += units * ROWS * unit
+    if qtype == T.Q4_K:
+        qs, sc, mn, d, dmin = fields
+        fields = [d, dmin, _k4_pack(sc, mn), qs]
+    else:
+        fields = [fields[1], fields[0] ^ np.uint8(0x80) if qtype == T.Q8_0 else fields[0]]
+    return np.concatenate(fields, axis=3).reshape(tasks * ROWS, nb * block)[:rows]
+
+
+def _k4_pack(sc, mn):
+    """The inverse of `_k4_scales`: 8 six-bit scales and mins -> ggml's 12 packed bytes."""
+    lo = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)  # [..., 4]
+    mid = mn[..., :4] | ((mn[..., 4:] >> 4) << 6)  # [..., 4]
+    hi = (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)  # [..., 4]
+    return np.concatenate([lo, mid, hi], axis=-1)

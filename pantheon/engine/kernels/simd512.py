@@ -345,19 +345,51 @@ def vdot16(typingctx, acc, w, x, xoff):
 
 
 @intrinsic
-def fma16h(typingctx, acc, dots, ary, off, xd):
-    """`fma16` with the 16 rows' d read as fp16 at byte `off` of a uint8 array (exact widening, so the
-    same float operations as from a float32 table)."""
-    def codegen(context, builder, sig, args):
-        vh = ir.VectorType(ir.HalfType(), 16)
-        d = builder.fpext(builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], vh), align=1), _V16F)
-        return _fma_rows(builder, args[0], args[1], d, args[4], _V16F)
-    return F32X16(acc, dots, ary, off, types.float32), codegen
-
-
-@intrinsic
 def fload16(typingctx, ary, idx):
     """ary[idx:idx+16] of a 1-D float32 array: 16 rows' accumulators kept between passes."""
     def codegen(context, builder, sig, args):
         return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16F), align=4)
     return F32X16(ary, idx), codegen
+
+
+@intrinsic
+def bload16(typingctx, ary, off):
+    """The 16 bytes at ary[off:] of a uint8 array, zero-extended to <16 x i32>: 16 rows' 6-bit scales."""
+    def codegen(context, builder, sig, args):
+        v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_I8, 16)), align=1)
+        return builder.zext(v, _V16I)
+    return I32X16(ary, off), codegen
+
+
+@intrinsic
+def imac16(typingctx, acc, a, b):
+    """acc + a·b lane-wise in int32 (exact for the sums it serves): 16 rows' sub-block dots times scales."""
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], builder.mul(args[1], args[2]))
+    return I32X16(acc, a, b), codegen
+
+
+@intrinsic
+def imacs16(typingctx, acc, a, s):
+    """acc + a·s lane-wise in int32, s one integer for every lane: 16 rows' mins times an activation sum."""
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], builder.mul(args[1], _splat(builder, _as_i32(builder, args[2]), _V16I)))
+    return I32X16(acc, a, s), codegen
+
+
+def _fma_half(negate):
+    """fma16h / fnma16h: `_fma_rows` with 16 rows' d read as fp16 at byte `off` of a uint8 array (exact
+    widening, so the float operations of a float32 table)."""
+    def typer(typingctx, acc, dots, ary, off, xd):
+        def codegen(context, builder, sig, args):
+            vh = ir.VectorType(ir.HalfType(), 16)
+            d = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], vh), align=1)
+            return _fma_rows(builder, args[0], args[1], builder.fpext(d, _V16F), args[4], _V16F, negate)
+        return F32X16(acc, dots, ary, off, types.float32), codegen
+    typer.__name__ = "fnma16h" if negate else "fma16h"
+    return intrinsic(typer)
+
+
+# fma16h(acc, dots, ary, off, xd): `fma16` with d from the repacked block's fp16 row lanes; fnma16h the
+# mins term (dmin) the same way.
+fma16h, fnma16h = _fma_half(False), _fma_half(True)

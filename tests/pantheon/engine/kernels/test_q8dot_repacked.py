@@ -1,4 +1,5 @@
-"""Kernels on repacked weights: bit for bit the zero-copy kernels' results, at every batch size."""
+"""Kernels on repacked weights: bit for bit the zero-copy kernels' results, at every batch size (Q4_0 / Q8_0
+with int8 activations per 32 here, Q4_K with Q8_K activations: test_q8k_repacked)."""
 
 import numpy as np
 import pytest

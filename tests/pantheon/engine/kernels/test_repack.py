@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize
 
 from pantheon.engine.kernels import repack
 from tests.pantheon.engine.kernels.blocks import random_blocks
@@ -11,11 +12,12 @@ from tests.pantheon.engine.kernels.blocks import random_blocks
 ROWS, COLS = 85, 256
 
 
-@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q8_0))
+@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q8_0, T.Q4_K))
 def test_round_trip_and_size(qtype):
     raw = random_blocks(qtype, ROWS, COLS, np.random.default_rng(int(qtype)))
     p = repack.pack(qtype, raw)
-    assert p.shape == (3, raw.shape[1] * 32) and p.nbytes == repack.nbytes(qtype, ROWS, COLS)
+    grown = {T.Q4_K: 148 / 144}.get(qtype, 1)  # Q4_K's 12 packed scale bytes become 16
+    assert p.shape == (3, raw.shape[1] * 32 * grown) and p.nbytes == repack.nbytes(qtype, ROWS, COLS)
     np.testing.assert_array_equal(repack.unpack(qtype, p, ROWS), raw)
 
 
@@ -46,3 +48,22 @@ def test_padding_rows_are_zero():
     for w in range(4):
         assert not p[2, :, w * 128:(w + 1) * 128][:, lanes].any()
     assert not p[2, :, 512 + 2 * (ROWS % 32):].any()
+
+
+def test_q4_k_layout_dequantizes_to_gguf_values():
+    """Every value rebuilt from the documented Q4_K layout alone, d·sc·q − dmin·m, equals gguf-py's
+    dequantization of the file's block."""
+    raw = random_blocks(T.Q4_K, ROWS, COLS, np.random.default_rng(11))
+    nb = COLS // 256
+    blk = repack.pack(T.Q4_K, raw).reshape(3, nb, 148 * 32)  # [tasks, nb, 32 rows' super-block]
+    qs = blk[..., :4096].reshape(3, nb, 4, 8, 32, 4)  # [tasks, nb, pair, word, row, byte]
+    sc = blk[..., 4096:4352].reshape(3, nb, 8, 32).astype(np.float32)  # [tasks, nb, sub-block, row]
+    mn = blk[..., 4352:4608].reshape(3, nb, 8, 32).astype(np.float32)  # [tasks, nb, sub-block, row]
+    d = blk[..., 4608:4672].copy().view(np.float16).astype(np.float32)  # [tasks, nb, row]
+    dmin = blk[..., 4672:4736].copy().view(np.float16).astype(np.float32)  # [tasks, nb, row]
+    q = np.stack([qs & 15, qs >> 4], axis=3)  # [tasks, nb, pair, half, word, row, byte]
+    q = q.transpose(0, 5, 1, 2, 3, 4, 6).reshape(3, 32, nb, 8, 32).astype(np.float32)  # [tasks, row, nb, sub, 32]
+    scale = (d[:, :, None, :] * sc).transpose(0, 3, 1, 2)[..., None]  # [tasks, row, nb, sub, 1]
+    shift = (dmin[:, :, None, :] * mn).transpose(0, 3, 1, 2)[..., None]  # [tasks, row, nb, sub, 1]
+    got = (scale * q - shift).reshape(96, COLS)[:ROWS]  # [rows, cols]
+    np.testing.assert_allclose(got, dequantize(raw, T.Q4_K), rtol=1e-6, atol=1e-7)
