@@ -4,6 +4,7 @@ import dataclasses
 import hashlib
 import itertools
 import queue
+import sys
 import threading
 import time
 
@@ -23,6 +24,7 @@ ACK_TIMEOUT_S = 30.0
 MAX_DEATHS = 2  # poison-pill rule: a request in flight at this many worker deaths is not tried again
 RECOVER_S = 30.0  # how long a request waits for a replica to come back after its worker died
 RETRY_NAP_S = 0.25
+PREPARE_INTERVAL_S = 0.2  # how often a front looks for newly loaded slots to open ahead of requests
 
 
 def session_hash(session):
@@ -252,6 +254,25 @@ class RingBackend:
     def start(self):
         self._thread = threading.Thread(target=self._pump, name="ring-pump", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._prepare, name="served-prepare", daemon=True).start()
+
+    def _prepare(self):
+        """Open each newly loaded slot's tokenizer and template before its first request needs them
+        (a large vocabulary takes a fraction of a second to read), and run both once so their lazy
+        parts (regexes, the compiled template) are ready: a first request costs what the tenth does."""
+        tried = set()
+        while True:
+            for slot, rec in self.tables.live_slots():
+                key = (slot, int(rec["version"]))
+                if rec["state"] != SLOT_LOADED or key in tried:
+                    continue
+                tried.add(key)
+                try:
+                    self._served_slot(slot, rec).prompts.chat([{"role": "user", "content": "Hello, world."}])
+                except Exception as e:  # a request opening it again gets the typed error, for its client
+                    print(f"pantheon-front {self.front}: preparing slot {slot}: {type(e).__name__}: {e}",
+                          file=sys.stderr, flush=True)
+            time.sleep(PREPARE_INTERVAL_S)
 
     def _pump(self):
         while True:

@@ -11,10 +11,9 @@ import traceback
 from ipc.errors import FrameError
 from pantheon.engine.model import open_model
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
-from pantheon.engine import sizes
 from pantheon.engine.warmup import warm_up
 from pantheon.errors import PantheonError, UnsupportedDevice
-from pantheon.serve.settings import context_size
+from pantheon.serve.settings import Operations, context_size
 from workers import protocol
 from workers.protocol import ErrorCode, Kind
 from workers.lifecycle import heartbeat_interval
@@ -27,7 +26,7 @@ LOAD_GRACE_S = 900.0  # a die loading a model at run time is not judged by its h
 class DieWorker:
     """The step loop of one die: drain the dispatch ring, step every engine with work, send events."""
 
-    def __init__(self, layout, die_index, die, slots, threads, repack_dir=None):
+    def __init__(self, layout, die_index, die, slots, threads, repack=True, repack_dir=None):
         self.layout, self.d, self.die = layout, die_index, die
         self.rec = layout.tables.dies[die_index]
         self.inbox = layout.to_die[die_index].receiver()
@@ -36,7 +35,7 @@ class DieWorker:
         self.engines = {}
         self.owner = {}  # request id -> slot
         self.threads = threads
-        self.repack_dir = repack_dir  # None: every model served from its file's layout (PANTHEON_REPACK_DIR=off)
+        self.repack, self.repack_dir = repack, repack_dir  # PANTHEON_REPACK_DIR (Operations)
         self.assigned = list(slots)
         self._load(slots, threads)
 
@@ -51,7 +50,7 @@ class DieWorker:
                     raise UnsupportedDevice(f"die {self.die.name}: no engine runs on {self.die.kind!r} dies")
                 else:
                     model = open_model(text(rec["path"]), threads=threads, quantize=bool(rec["quantize"]),
-                                       config=text(rec["config"]) or None, repack=self.repack_dir is not None,
+                                       config=text(rec["config"]) or None, repack=self.repack,
                                        repack_dir=self.repack_dir)
                     n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
                 cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
@@ -222,8 +221,8 @@ def worker_main(layout, die_index, die, slots, ops=None):
         os.sched_setaffinity(0, die.cores)
     threads = len(die.cores) if die.cores else None
     try:
-        worker = DieWorker(layout, die_index, die, slots, threads,
-                           ops.repack_dir if ops is not None else sizes.REPACK_DIR)
+        ops = ops or Operations()
+        worker = DieWorker(layout, die_index, die, slots, threads, ops.repack, ops.repack_dir)
         return worker.run()
     except SystemExit as e:
         return e.code or 0

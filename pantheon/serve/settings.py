@@ -9,7 +9,6 @@ from typing import Callable, Optional
 from urllib.parse import urlsplit
 
 from pantheon import demo
-from pantheon.engine import sizes
 from pantheon.errors import TemplateError, UsageError
 
 MAX_MODELS = 16            # the reference's MR_MAX_MODELS
@@ -589,9 +588,11 @@ class Operations:
     # PANTHEON_KERNEL_CACHE: where compiled CPU kernels are kept (a subdirectory per engine source digest);
     # unset: NUMBA_CACHE_DIR, else pantheon/engine/kernels/__pycache__ (pantheon.engine.kernels.compile_cache)
     kernel_cache: Optional[str] = None
-    # PANTHEON_REPACK_DIR: where Q4_0 / Q8_0 / Q4_K weights are kept repacked for the VNNI kernels, one file per
-    # model (pantheon.engine.repacked); "off": every model serves from its file's own layout
-    repack_dir: Optional[str] = sizes.REPACK_DIR
+    # PANTHEON_REPACK_DIR: where Q4_0 / Q8_0 / Q4_K / Q6_K weights are kept repacked for the VNNI kernels, one
+    # file per model (pantheon.engine.repacked); unset: the engine's default directory; "off": repack False,
+    # every model served from its file's own layout
+    repack: bool = True
+    repack_dir: Optional[str] = None
 
 
 def _env_number(environ, name, default, kind, hi):
@@ -613,14 +614,15 @@ def operations_from_env(environ=os.environ):
                       _env_number(environ, "PANTHEON_RESTART_PERIOD", 60.0, float, 86400),
                       _env_number(environ, "PANTHEON_BOOT_TIMEOUT", 900.0, float, 86400),
                       environ.get("PANTHEON_KERNEL_CACHE", "").strip() or None,
-                      _repack_dir(environ.get("PANTHEON_REPACK_DIR", "").strip()))
+                      *_repack(environ.get("PANTHEON_REPACK_DIR", "").strip()))
 
 
-def _repack_dir(raw):
-    """PANTHEON_REPACK_DIR: unset or empty -> the default directory, "off" -> None (no repacking)."""
+def _repack(raw):
+    """PANTHEON_REPACK_DIR as (repack, repack_dir): unset or empty -> (True, None: the engine's default
+    directory), "off" -> (False, None)."""
     if raw.lower() == "off":
-        return None
-    return raw or sizes.REPACK_DIR
+        return False, None
+    return True, raw or None
 
 
 def cuda_device_order(environ=os.environ):

@@ -15,7 +15,8 @@ from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd import prefetch_l2
-from pantheon.engine.kernels.simd512 import fload16, fma16h, hi16, ibcast16, lo16, store16, vdot16, wload16
+from pantheon.engine.kernels.simd512 import ibcast16, store16
+from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, vdot16, wload16
 
 QK = 32
 # Bytes of one quant word of all 32 rows, and of its first 16 rows.

@@ -362,3 +362,11 @@ def test_model_spec_resolves_parsed_values_like_the_command_line():
     assert settings.parse_flag("--ctx-cap", "12", label="ctx_cap") == 12
     with pytest.raises(UsageError, match="^ctx_cap 99999999"):
         settings.parse_flag("--ctx-cap", "99999999", label="ctx_cap")
+
+
+@pytest.mark.parametrize("raw,want", [(None, (True, None)), ("", (True, None)), (" /data/rp ", (True, "/data/rp")),
+                                      ("off", (False, None)), ("OFF", (False, None))])
+def test_repack_dir_from_env(raw, want):
+    env = {} if raw is None else {"PANTHEON_REPACK_DIR": raw}
+    ops = settings.operations_from_env(env)
+    assert (ops.repack, ops.repack_dir) == want

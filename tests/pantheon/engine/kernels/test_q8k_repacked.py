@@ -1,4 +1,4 @@
-"""The Q4_K kernel on repacked weights: bit for bit the zero-copy Q8_K kernels' results, at every batch size."""
+"""The Q4_K / Q6_K kernels on repacked weights: bit for bit the zero-copy Q8_K kernels' results, at every batch size."""
 
 import numpy as np
 import pytest
@@ -16,26 +16,29 @@ pytestmark = pytest.mark.skipif(not has_vnni(), reason="host has no AVX512-VNNI"
 ROWS, COLS = 85, 512
 
 
+@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q6_K))
 @pytest.mark.parametrize("n", (1, 3, 4, 5, 8, 11, 17))
 @pytest.mark.parametrize("threads", (1, 2))
-def test_equal_to_the_zero_copy_kernels(n, threads):
+def test_equal_to_the_zero_copy_kernels(qtype, n, threads):
     rng = np.random.default_rng(n)
-    raw = random_blocks(T.Q4_K, ROWS, COLS, rng)
+    raw = random_blocks(qtype, ROWS, COLS, rng)
     acts = q8k.activations(rng.standard_normal((n, COLS)).astype(np.float32))
     want = np.empty((n, ROWS), np.float32)  # [n, rows]
-    q8k.product(T.Q4_K, raw, acts, want)
+    q8k.product(qtype, raw, acts, want)
     got = np.full((n, ROWS), np.nan, np.float32)  # [n, rows]
-    q8k.q4_k_repacked(repack.pack(T.Q4_K, raw), ROWS, acts.xq, acts.xd, acts.bs16, got, threads)
+    kernel = q8k.q4_k_repacked if qtype == T.Q4_K else q8k.q6_k_repacked
+    kernel(repack.pack(qtype, raw), ROWS, acts.xq, acts.xd, acts.bs16, got, threads)
     np.testing.assert_array_equal(got, want)
 
 
-def test_matches_dequantized_float64():
+@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q6_K))
+def test_matches_dequantized_float64(qtype):
     """Independent of every kernel: the dequantized weights times the Q8_K activations, in float64."""
     rng = np.random.default_rng(5)
-    raw = random_blocks(T.Q4_K, ROWS, COLS, rng)
+    raw = random_blocks(qtype, ROWS, COLS, rng)
     acts = q8k.activations(rng.standard_normal((4, COLS)).astype(np.float32))
     got = np.empty((4, ROWS), np.float32)  # [n, rows]
-    q8k.product_repacked(T.Q4_K, repack.pack(T.Q4_K, raw), ROWS, acts, got)
+    q8k.product_repacked(qtype, repack.pack(qtype, raw), ROWS, acts, got)
     x = acts.xq.view(np.int8).reshape(4, -1, 256) * acts.xd[..., None].astype(np.float64)  # [n, nb, 256]
-    want = x.reshape(4, COLS) @ dequantize(raw, T.Q4_K).astype(np.float64).T  # [n, rows]
+    want = x.reshape(4, COLS) @ dequantize(raw, qtype).astype(np.float64).T  # [n, rows]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -12,7 +12,7 @@ from tests.pantheon.engine.kernels.blocks import random_blocks
 ROWS, COLS = 85, 256
 
 
-@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q8_0, T.Q4_K))
+@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K))
 def test_round_trip_and_size(qtype):
     raw = random_blocks(qtype, ROWS, COLS, np.random.default_rng(int(qtype)))
     p = repack.pack(qtype, raw)

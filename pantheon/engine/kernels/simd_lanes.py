@@ -1,0 +1,126 @@
+"""Intrinsics of the repacked kernels: registers holding one quant word, scale or d of 16 repacked rows.
+
+The repacked layout (kernels.repack) stores each field of a block as [unit][row], so one 64-byte load
+is a unit of 16 rows: these split it into quants (nibbles, Q6_K's 6-bit values), widen scales, and
+finish row lanes with the same float operations as simd512's table-driven forms.
+"""
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from pantheon.engine.kernels.simd import _splat
+from pantheon.engine.kernels.simd512 import (F32X16, I32X16, _I8, _V16F, _V16I, _V64B, _I32, _as_i32, _call,
+                                             _fma_rows, _ptr)
+
+
+@intrinsic
+def wload16(typingctx, ary, off):
+    """The 64 bytes at ary[off:] of a uint8 array as <16 x i32>: one quant word of 16 repacked rows."""
+    def codegen(context, builder, sig, args):
+        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16I), align=1)
+    return I32X16(ary, off), codegen
+
+
+def _nibbles(high):
+    """lo16 / hi16: the low or high nibble of every byte of a <16 x i32> word vector, as bytes."""
+    def typer(typingctx, v):
+        def codegen(context, builder, sig, args):
+            v = builder.lshr(args[0], ir.Constant(_V16I, [4] * 16)) if high else args[0]
+            return builder.and_(v, ir.Constant(_V16I, [0x0F0F0F0F] * 16))
+        return I32X16(v), codegen
+    typer.__name__ = "hi16" if high else "lo16"
+    return intrinsic(typer)
+
+
+# lo16(v) / hi16(v): Q4_0's quants 4w..4w+3 / 16+4w..19+4w of 16 rows from their nibble word w.
+lo16, hi16 = _nibbles(False), _nibbles(True)
+
+
+@intrinsic
+def vdot16(typingctx, acc, w, x, xoff):
+    """`bdot16` on quant words already in a register: acc + vpdpbusd(w, x[xoff:xoff+4] in every lane)."""
+    def codegen(context, builder, sig, args):
+        xw = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _I32), align=1)
+        xv = builder.bitcast(_splat(builder, xw, _V16I), _V64B)
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _V16I, [args[0], builder.bitcast(args[1], _V64B), xv])
+    return I32X16(acc, w, x, xoff), codegen
+
+
+@intrinsic
+def fload16(typingctx, ary, idx):
+    """ary[idx:idx+16] of a 1-D float32 array: 16 rows' accumulators kept between passes."""
+    def codegen(context, builder, sig, args):
+        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16F), align=4)
+    return F32X16(ary, idx), codegen
+
+
+def _bytes16(signed):
+    """bload16 / sbload16: the 16 bytes at ary[off:] of a uint8 array as <16 x i32>, zero- or sign-extended."""
+    def typer(typingctx, ary, off):
+        def codegen(context, builder, sig, args):
+            v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_I8, 16)), align=1)
+            return builder.sext(v, _V16I) if signed else builder.zext(v, _V16I)
+        return I32X16(ary, off), codegen
+    typer.__name__ = "sbload16" if signed else "bload16"
+    return intrinsic(typer)
+
+
+# bload16: 16 rows' unsigned 6-bit scales or mins (Q4_K); sbload16: their int8 scales (Q6_K).
+bload16, sbload16 = _bytes16(False), _bytes16(True)
+
+
+def _six(high_nibble, shift):
+    """A Q6_K quant group of 16 rows from a word of ql and one of qh: the low (or high) nibble of each ql
+    byte, with 2 bits of the qh byte moved to bits 4-5 (qh shifted left by `shift`, right if negative)."""
+    def typer(typingctx, ql, qh):
+        def codegen(context, builder, sig, args):
+            def const(v):
+                return ir.Constant(_V16I, [v] * 16)
+            low = builder.lshr(args[0], const(4)) if high_nibble else args[0]
+            hi = builder.shl(args[1], const(shift)) if shift > 0 else args[1]
+            hi = builder.lshr(hi, const(-shift)) if shift < 0 else hi
+            return builder.or_(builder.and_(low, const(0x0F0F0F0F)), builder.and_(hi, const(0x30303030)))
+        return I32X16(ql, qh), codegen
+    typer.__name__ = f"six{'h' if high_nibble else 'l'}{shift}"
+    return intrinsic(typer)
+
+
+# Q6_K's four quant groups of a ql / qh byte position l (ggml's dequantize_row_q6_K): values l (low
+# nibble of ql[l], qh bits 0-1), l + 32 (low nibble of ql[l + 32], bits 2-3), l + 64 (high nibble of
+# ql[l], bits 4-5), l + 96 (high nibble of ql[l + 32], bits 6-7).
+six_a, six_b, six_c, six_d = _six(False, 4), _six(False, 2), _six(True, 0), _six(True, -2)
+
+
+@intrinsic
+def imac16(typingctx, acc, a, b):
+    """acc + a·b lane-wise in int32 (exact for the sums it serves): 16 rows' sub-block dots times scales."""
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], builder.mul(args[1], args[2]))
+    return I32X16(acc, a, b), codegen
+
+
+@intrinsic
+def imacs16(typingctx, acc, a, s):
+    """acc + a·s lane-wise in int32, s one integer for every lane: 16 rows' mins times an activation sum."""
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], builder.mul(args[1], _splat(builder, _as_i32(builder, args[2]), _V16I)))
+    return I32X16(acc, a, s), codegen
+
+
+def _fma_half(negate):
+    """fma16h / fnma16h: `_fma_rows` with 16 rows' d read as fp16 at byte `off` of a uint8 array (exact
+    widening, so the float operations of a float32 table)."""
+    def typer(typingctx, acc, dots, ary, off, xd):
+        def codegen(context, builder, sig, args):
+            vh = ir.VectorType(ir.HalfType(), 16)
+            d = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], vh), align=1)
+            return _fma_rows(builder, args[0], args[1], builder.fpext(d, _V16F), args[4], _V16F, negate)
+        return F32X16(acc, dots, ary, off, types.float32), codegen
+    typer.__name__ = "fnma16h" if negate else "fma16h"
+    return intrinsic(typer)
+
+
+# fma16h(acc, dots, ary, off, xd): `fma16` with d from the repacked block's fp16 row lanes; fnma16h the
+# mins term (dmin) the same way.
+fma16h, fnma16h = _fma_half(False), _fma_half(True)
