@@ -9,7 +9,7 @@ from pantheon import open_model
 from pantheon.demo import demo_model_path
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
-from pantheon.serve.settings import DEFAULT_CTX_CAP
+from pantheon.serve.settings import DEFAULT_CTX_CAP, repack_from_env
 from pantheon.text.detokenize import Detokenizer
 from pantheon.text.prompting import PromptBuilder
 
@@ -74,7 +74,9 @@ def _open(args):
     path = args.model
     if path is None:
         path = str(demo_model_path())
-    return open_model(path, threads=args.threads, quantize=args.quantize, config=args.config)
+    repack, repack_dir = repack_from_env()
+    return open_model(path, threads=args.threads, quantize=args.quantize, config=args.config, repack=repack,
+                      repack_dir=repack_dir)
 
 
 def run(args, stdout=sys.stdout, stderr=sys.stderr):

@@ -614,12 +614,13 @@ def operations_from_env(environ=os.environ):
                       _env_number(environ, "PANTHEON_RESTART_PERIOD", 60.0, float, 86400),
                       _env_number(environ, "PANTHEON_BOOT_TIMEOUT", 900.0, float, 86400),
                       environ.get("PANTHEON_KERNEL_CACHE", "").strip() or None,
-                      *_repack(environ.get("PANTHEON_REPACK_DIR", "").strip()))
+                      *repack_from_env(environ))
 
 
-def _repack(raw):
-    """PANTHEON_REPACK_DIR as (repack, repack_dir): unset or empty -> (True, None: the engine's default
-    directory), "off" -> (False, None)."""
+def repack_from_env(environ=os.environ):
+    """PANTHEON_REPACK_DIR as (repack, repack_dir), open_model's arguments: unset or empty -> (True, None:
+    the engine's default directory), "off" -> (False, None); read by pantheon-serve and `pantheon`."""
+    raw = environ.get("PANTHEON_REPACK_DIR", "").strip()
     if raw.lower() == "off":
         return False, None
     return True, raw or None
