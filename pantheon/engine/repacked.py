@@ -1,9 +1,9 @@
 """Repacked weights kept on disk: one sidecar file per model file, mapped zero-copy like the model.
 
-A model's Q4_0 / Q8_0 / Q4_K / Q6_K matrices are repacked once (kernels.repack: the file's blocks, row-interleaved)
-into DIRECTORY/<stem>-<key>.repack and every later load maps that file: replicas and restarted
-workers share its page cache as they share the model's, and the model file's pages of those
-tensors go cold. The key hashes the model file's identity (path, device, inode, size, mtime) and
+A model's Q4_0 / Q8_0 / Q4_K / Q6_K matrices are repacked once (kernels.repack: the file's blocks,
+row-interleaved) into DIRECTORY/<stem>-<key>.repack and every later load maps that file: replicas
+and restarted workers share its page cache as they share the model's, and the model file's pages
+of those tensors go cold. The key hashes the model file's identity (path, device, inode, size, mtime) and
 the layout version, so a replaced model file never meets an old sidecar.
 
 File: MAGIC, a little-endian u32 header length, the JSON header ({"key", "source", "tensors": {name:
@@ -27,10 +27,10 @@ from dataclasses import replace
 
 import numpy as np
 
+from pantheon.engine import sizes
 from pantheon.engine.kernels import repack
 from pantheon.engine.kernels.simd import has_vnni
 from pantheon.engine.model_weights import map_weights, matrices
-from pantheon.engine import sizes
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,9 @@ SPARE_BYTES = 1 << 30
 
 
 def attach(weights, model_path, directory=None):
-    """`weights` with each Q4_0 / Q8_0 / Q4_K / Q6_K matrix's repacked copy bound (Weight.packed), from the sidecar in
-    `directory` (None: sizes.REPACK_DIR), written first when absent; `weights` unchanged when no matrix
-    qualifies on this host or the sidecar cannot be had (logged)."""
+    """`weights` with each Q4_0 / Q8_0 / Q4_K / Q6_K matrix's repacked copy bound (Weight.packed), from
+    the sidecar in `directory` (None: sizes.REPACK_DIR), written first when absent; `weights` unchanged
+    when no matrix qualifies on this host or the sidecar cannot be had (logged)."""
     if not has_vnni():  # the kernels reading the layout are AVX-512 VNNI kernels
         return weights
     targets = [w for w in matrices(weights) if repack.supports(w.qtype, w.cols)]

@@ -1,4 +1,4 @@
-"""The repacked layout of Q4_0 / Q8_0 / Q4_K / Q6_K weights: 32 rows' blocks interleaved so kernels read them as they lie.
+"""The repacked layout of Q4_0 / Q8_0 / Q4_K / Q6_K weights: 32 rows' blocks interleaved, read as they lie.
 
 The tiles kernels interleave 32 rows per task on every call, because the weights are zero-copy
 views of the file: at 8 vectors that transpose was half of a product's time. Repacked weights are that
