@@ -99,7 +99,7 @@ def main():
     p.add_argument("--gen", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quantize", action="store_true", help="float matrices to Q8_0 in memory (open_model)")
-    p.add_argument("--no-repack", action="store_true", help="serve Q4_0 / Q8_0 / Q4_K / Q6_K from the file's layout")
+    p.add_argument("--no-repack", action="store_true", help="serve Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K from the file's layout")
     args = p.parse_args()
     f = measure(args)
     print(f"model: {args.model}, {args.threads} threads, {args.streams} streams")

@@ -128,7 +128,7 @@ def main():
     p.add_argument("--gen", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--lcpp-python", default=None)
-    p.add_argument("--no-repack", action="store_true", help="serve Q4_0 / Q8_0 / Q4_K / Q6_K from the file's layout")
+    p.add_argument("--no-repack", action="store_true", help="serve Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K from the file's layout")
     args = p.parse_args()
     lcpp = find_lcpp(args.lcpp_python)
     figures = measure(args, lcpp)

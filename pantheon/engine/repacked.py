@@ -1,6 +1,6 @@
 """Repacked weights kept on disk: one sidecar file per model file, mapped zero-copy like the model.
 
-A model's Q4_0 / Q8_0 / Q4_K / Q6_K matrices are repacked once (kernels.repack: the file's blocks,
+A model's Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices are repacked once (kernels.repack: the file's blocks,
 row-interleaved) into DIRECTORY/<stem>-<key>.repack and every later load maps that file: replicas
 and restarted workers share its page cache as they share the model's, and the model file's pages
 of those tensors go cold. The key hashes the model file's identity (path, device, inode, size, mtime) and
@@ -35,7 +35,7 @@ from pantheon.engine.model_weights import map_weights, matrices
 log = logging.getLogger(__name__)
 
 MAGIC = b"PNTHRPK1"
-VERSION = 3  # of the layouts in kernels.repack: part of every key
+VERSION = 4  # of the layouts in kernels.repack: part of every key
 ALIGN = 4096
 # Rows packed at a time while writing (a multiple of the task's 32): the scratch of a vocabulary-sized
 # matrix stays a few MiB.
@@ -45,7 +45,7 @@ SPARE_BYTES = 1 << 30
 
 
 def attach(weights, model_path, directory=None):
-    """`weights` with each Q4_0 / Q8_0 / Q4_K / Q6_K matrix's repacked copy bound (Weight.packed), from
+    """`weights` with each Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrix's repacked copy bound (Weight.packed), from
     the sidecar in `directory` (None: sizes.REPACK_DIR), written first when absent; `weights` unchanged
     when no matrix qualifies on this host or the sidecar cannot be had (logged)."""
     if not has_vnni():  # the kernels reading the layout are AVX-512 VNNI kernels

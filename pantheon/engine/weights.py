@@ -12,7 +12,7 @@ class Weight:
 
     raw: uint8 [rows, row_bytes] where row_bytes = cols / block_elems * block_bytes of `qtype`.
     packed: None, or the same matrix in the repacked row-lane layout (kernels.repack), a zero-copy view
-    of its sidecar file (engine.repacked; Q4_0, Q8_0, Q4_K, Q6_K); products then read it instead of raw.
+    of its sidecar file (engine.repacked; Q4_0, Q8_0, Q4_K, Q5_K, Q6_K); products then read it instead of raw.
     """
 
     name: str

@@ -13,7 +13,7 @@ import numba
 from gguf import GGMLQuantizationType
 
 from pantheon.engine.kernels import q8k_dot, q8k_lanes, q8k_rows, q8k_tiles
-from pantheon.engine.kernels.q8k_repacked import q4_k_repacked, q6_k_repacked
+from pantheon.engine.kernels.q8k_repacked import q4_k_repacked, q5_k_repacked, q6_k_repacked
 from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8k_acts import Q8K
@@ -101,10 +101,11 @@ def _product_avx2(qtype, raw, acts, out):
 
 
 # qtype -> the kernel on its repacked layout (kernels.repack), AVX-512 VNNI hosts.
-_REPACKED = {GGMLQuantizationType.Q4_K: q4_k_repacked, GGMLQuantizationType.Q6_K: q6_k_repacked}
+_REPACKED = {GGMLQuantizationType.Q4_K: q4_k_repacked, GGMLQuantizationType.Q5_K: q5_k_repacked,
+             GGMLQuantizationType.Q6_K: q6_k_repacked}
 
 
 def product_repacked(qtype, packed, rows, acts, out):
-    """`product` on the repacked copy (kernels.repack) of a `rows`-row Q4_K / Q6_K weight, on an AVX-512
+    """`product` on the repacked copy (kernels.repack) of a `rows`-row Q4_K / Q5_K / Q6_K weight, on an AVX-512
     VNNI host: one kernel for every n, with the same bits as `product`."""
     _REPACKED[qtype](packed, rows, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads())

@@ -70,7 +70,7 @@ def _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt):
 
 
 @inline
-def _four(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
+def pass4(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
     """Vectors i..i+3 against the task's two 16-row groups (sub: values per scale, 16 or 32)."""
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
     a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
@@ -114,8 +114,8 @@ def _end(a, e, ia, ie, mnt, dt, dmt, bsi, xd, b):
 
 
 @inline
-def _one(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
-    """`_four` for the single vector i."""
+def pass1(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
+    """`pass4` for the single vector i."""
     x0, a0, e0 = xq[i], fzero16(), fzero16()  # [cols] int8 bytes
     for b in range(xd.shape[1]):
         i0, j0 = izero16(), izero16()
@@ -155,9 +155,9 @@ def _tiles(kind, sub, raw, xq, xd, bs16, out, threads):
             else:
                 _unpack_any(kind, raw, r0, nr, q, qt32, svt, mnt, dt, dmt)
             for i in range(0, n - n % 4, 4):
-                _four(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
+                pass4(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
             for i in range(n - n % 4, n):
-                _one(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
+                pass1(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
 
 
 @exact

@@ -1,4 +1,4 @@
-"""Q4_K / Q6_K products on repacked weights (kernels.repack) with Q8_K activations: every batch size.
+"""Q4_K / Q5_K / Q6_K products on repacked weights (kernels.repack) with Q8_K activations: every batch size.
 
 A task's super-block holds its 32 rows' nibble words row-interleaved, their scales and mins one byte
 per row, then d and dmin. Per 16 rows and 4 vectors: one 64-byte load gives a quant word of 16 rows,
@@ -17,18 +17,26 @@ from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8dot_tiles import put_rows
+from pantheon.engine.kernels.q8k_lanes import pass1, pass4
 from pantheon.engine.kernels.repack import LAYOUTS, ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import (bload16, fload16, fma16h, fnma16h, hi16, imac16, imacs16, lo16,
-                                                sbload16, six_a, six_b, six_c, six_d, vdot16, wload16)
+from pantheon.engine.kernels.simd_lanes import (bload16, fload16, fma16h, fnma16h, hi16, hload16, imac16, imacs16,
+                                                istore16, lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d,
+                                                vdot16, wload16)
 
-# Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K, then Q6_K.
-GB = LAYOUTS[T.Q4_K][2] * ROWS
+# Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K (Q5_K: its qh words at
+# QH5, then Q4_K's fields QH5_BYTES later), then Q6_K.
+GB, GB5 = LAYOUTS[T.Q4_K][2] * ROWS, LAYOUTS[T.Q5_K][2] * ROWS
 SC, MN, D, DM = 4096, 4096 + 8 * ROWS, 4096 + 16 * ROWS, 4096 + 16 * ROWS + 2 * ROWS
+QH5, QH5_BYTES = 4096, 8 * 4 * ROWS
 GB6 = LAYOUTS[T.Q6_K][2] * ROWS
 QH6, SC6, D6 = 4096, 6144, 6144 + 16 * ROWS
 # Bytes of one quant word of all 32 rows.
 WORD = 4 * ROWS
+# From this many vectors on (prefill), a task is unpacked once into q8k_lanes' tile of 8-bit quants and
+# its passes are vpdpbusd alone: splitting nibbles and scaling per pass of 4 vectors cost more there
+# (Q6_K 5632x2048, 128 vectors: 8.2 ms against 6.9 for the zero-copy tiles).
+TILED_FROM = 16
 
 
 @inline
@@ -39,55 +47,100 @@ def _msum(bs16, i, b, j):
 
 @inline
 def _finish(acc, at, isum, msum, row, o, g, xd):
-    """acc[at:at+16] after one super-block of one vector: the scaled sums' fma, then the mins'."""
+    """acc[at:at+16] after one super-block of one vector (o: past Q5_K's qh words): the scaled sums'
+    fma, then the mins'."""
     a = fma16h(fload16(acc, at), isum, row, o + D + 32 * g, xd)
     store16(acc, at, fnma16h(a, msum, row, o + DM + 32 * g, xd))
 
 
 @inline
-def _four(p, t, g, xq, xd, bs16, i, b, acc):
-    """Vectors i..i+3 against rows 16g..16g+15 of task t over super-block b."""
-    row, o, h = p[t], b * GB, 64 * g
+def _quants(five, row, o, at, qt, pr, w):
+    """(low, high) quant groups of 16 rows for word w of pair pr (sub-blocks 2pr, 2pr + 1): nibbles of
+    the quant word at `at`, and for Q5_K (`five`) each one's fifth bit from qh word w."""
+    v = wload16(row, at)
+    lo, hi = lo16(v), hi16(v)
+    if five:
+        qh = wload16(row, o + QH5 + w * WORD + qt)
+        lo = or16(lo, qbit16(qh, max(4 - 2 * pr, 0), max(2 * pr - 4, 0)))
+        hi = or16(hi, qbit16(qh, max(3 - 2 * pr, 0), max(2 * pr - 3, 0)))
+    return lo, hi
+
+
+@inline
+def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
+    """Vectors i..i+3 against rows 16g..16g+15 of task t over super-block b (Q5_K when `five`)."""
+    row, o, h = p[t], b * (GB5 if five else GB), 64 * g
+    f = o + (QH5_BYTES if five else 0)  # where the scales, mins, d and dmin start, less SC
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
     i0, i1, i2, i3 = izero16(), izero16(), izero16(), izero16()
     for pr in range(4):
         c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
         f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16()
         for w in range(8):
-            v = wload16(row, o + (pr * 8 + w) * WORD + h)
-            lo, hi, xo = lo16(v), hi16(v), b * QK_K + 64 * pr + 4 * w
+            lo, hi = _quants(five, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
+            xo = b * QK_K + 64 * pr + 4 * w
             c0, c1 = vdot16(c0, lo, x0, xo), vdot16(c1, lo, x1, xo)
             c2, c3 = vdot16(c2, lo, x2, xo), vdot16(c3, lo, x3, xo)
             xo += 32
             f0, f1 = vdot16(f0, hi, x0, xo), vdot16(f1, hi, x1, xo)
             f2, f3 = vdot16(f2, hi, x2, xo), vdot16(f3, hi, x3, xo)
-        s0, s1 = bload16(row, o + SC + 2 * pr * ROWS + 16 * g), bload16(row, o + SC + (2 * pr + 1) * ROWS + 16 * g)
+        s0, s1 = bload16(row, f + SC + 2 * pr * ROWS + 16 * g), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16 * g)
         i0, i1 = imac16(imac16(i0, c0, s0), f0, s1), imac16(imac16(i1, c1, s0), f1, s1)
         i2, i3 = imac16(imac16(i2, c2, s0), f2, s1), imac16(imac16(i3, c3, s0), f3, s1)
     m0, m1, m2, m3 = izero16(), izero16(), izero16(), izero16()
     for j in range(8):
-        mn = bload16(row, o + MN + j * ROWS + 16 * g)
+        mn = bload16(row, f + MN + j * ROWS + 16 * g)
         m0, m1 = imacs16(m0, mn, _msum(bs16, i, b, j)), imacs16(m1, mn, _msum(bs16, i + 1, b, j))
         m2, m3 = imacs16(m2, mn, _msum(bs16, i + 2, b, j)), imacs16(m3, mn, _msum(bs16, i + 3, b, j))
     for k, (isum, msum) in enumerate(((i0, m0), (i1, m1), (i2, m2), (i3, m3))):
-        _finish(acc, 32 * (i + k) + 16 * g, isum, msum, row, o, g, xd[i + k, b])
+        _finish(acc, 32 * (i + k) + 16 * g, isum, msum, row, f, g, xd[i + k, b])
 
 
 @inline
 def _one(p, t, g, xq, xd, bs16, i, b, acc):
-    """`_four` for the single vector i."""
+    """`_four` for the single vector i of Q4_K (Q5_K: `_one5`)."""
     row, o, h, x0, i0, m0 = p[t], b * GB, 64 * g, xq[i], izero16(), izero16()
     for pr in range(4):
         c0, f0 = izero16(), izero16()
         for w in range(8):
-            v = wload16(row, o + (pr * 8 + w) * WORD + h)
+            lo, hi = _quants(False, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
             xo = b * QK_K + 64 * pr + 4 * w
-            c0, f0 = vdot16(c0, lo16(v), x0, xo), vdot16(f0, hi16(v), x0, xo + 32)
+            c0, f0 = vdot16(c0, lo, x0, xo), vdot16(f0, hi, x0, xo + 32)
         s0, s1 = bload16(row, o + SC + 2 * pr * ROWS + 16 * g), bload16(row, o + SC + (2 * pr + 1) * ROWS + 16 * g)
         i0 = imac16(imac16(i0, c0, s0), f0, s1)
     for j in range(8):
         m0 = imacs16(m0, bload16(row, o + MN + j * ROWS + 16 * g), _msum(bs16, i, b, j))
     _finish(acc, 32 * i + 16 * g, i0, m0, row, o, g, xd[i, b])
+
+
+@inline
+def _bits5(c, e, row, at, qh, x, xo, left_lo, right_lo, left_hi, right_hi):
+    """One Q5_K quant word of 16 rows (pair p) against vector x: the low nibbles with their fifth bit into
+    c, the high ones into e (constant shifts: qh bit 2p, 2p + 1 moved to bit 4)."""
+    v = wload16(row, at)
+    c = vdot16(c, or16(lo16(v), qbit16(qh, left_lo, right_lo)), x, xo)
+    return c, vdot16(e, or16(hi16(v), qbit16(qh, left_hi, right_hi)), x, xo + 32)
+
+
+@inline
+def _one5(p, t, g, xq, xd, bs16, i, b, acc):
+    """`_one` for Q5_K with each qh word loaded once for its 4 pairs (8 dot accumulators, one vector)."""
+    row, o, h, x0 = p[t], b * GB5, 64 * g, xq[i]
+    c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
+    e0, e1, e2, e3 = izero16(), izero16(), izero16(), izero16()
+    for w in range(8):
+        qh, xo, at = wload16(row, o + QH5 + w * WORD + h), b * QK_K + 4 * w, o + w * WORD + h
+        c0, e0 = _bits5(c0, e0, row, at, qh, x0, xo, 4, 0, 3, 0)
+        c1, e1 = _bits5(c1, e1, row, at + 8 * WORD, qh, x0, xo + 64, 2, 0, 1, 0)
+        c2, e2 = _bits5(c2, e2, row, at + 16 * WORD, qh, x0, xo + 128, 0, 0, 0, 1)
+        c3, e3 = _bits5(c3, e3, row, at + 24 * WORD, qh, x0, xo + 192, 0, 2, 0, 3)
+    f, i0, m0 = o + QH5_BYTES, izero16(), izero16()
+    for pr, (c, e) in enumerate(((c0, e0), (c1, e1), (c2, e2), (c3, e3))):
+        s0, s1 = bload16(row, f + SC + 2 * pr * ROWS + 16 * g), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16 * g)
+        i0 = imac16(imac16(i0, c, s0), e, s1)
+    for j in range(8):
+        m0 = imacs16(m0, bload16(row, f + MN + j * ROWS + 16 * g), _msum(bs16, i, b, j))
+    _finish(acc, 32 * i + 16 * g, i0, m0, row, f, g, xd[i, b])
 
 
 @inline
@@ -168,10 +221,11 @@ def _one6(p, t, g, xq, xd, bs16, i, b, acc):
 
 
 @inline
-def _task(six, p, t, rows, xq, xd, bs16, out, acc, tmp):
-    """Task t's rows (Q6_K when `six`, else Q4_K) for every vector, super-block by super-block (each in
-    L1 while every vector passes it), the task's stream from memory prefetched on the first pass."""
-    n, gb = xq.shape[0], GB6 if six else GB
+def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp):
+    """Task t's rows (Q4_K, Q5_K or Q6_K for `bits` 4, 5, 6) for every vector, super-block by super-block
+    (each in L1 while every vector passes it), the task's stream from memory prefetched on the first pass."""
+    n, six, five = xq.shape[0], bits == 6, bits == 5
+    gb = GB6 if six else (GB5 if five else GB)
     acc[:] = 0.0
     for b in range(xd.shape[1]):
         stream_ahead(p[t], b * gb, gb, True)
@@ -180,10 +234,12 @@ def _task(six, p, t, rows, xq, xd, bs16, out, acc, tmp):
                 if six:
                     _four6(p, t, g, xq, xd, bs16, i, b, acc)
                 else:
-                    _four(p, t, g, xq, xd, bs16, i, b, acc)
+                    _four(five, p, t, g, xq, xd, bs16, i, b, acc)
             for i in range(n - n % 4, n):
                 if six:
                     _one6(p, t, g, xq, xd, bs16, i, b, acc)
+                elif five:
+                    _one5(p, t, g, xq, xd, bs16, i, b, acc)
                 else:
                     _one(p, t, g, xq, xd, bs16, i, b, acc)
     nr = min(rows, (t + 1) * ROWS) - t * ROWS
@@ -193,25 +249,104 @@ def _task(six, p, t, rows, xq, xd, bs16, out, acc, tmp):
 
 
 @inline
-def _products(six, p, rows, xq, xd, bs16, out, threads):
-    """out [n, rows]: each of `threads` workers streams one contiguous run of tasks."""
-    tasks, n = p.shape[0], xq.shape[0]
+def _unpack6(row, o, g, b, qt32, sv, mn, dt, dm):
+    """Rows 16g..16g+15 of a Q6_K super-block into q8k_lanes' tile (6-bit values 0..63, min 32·scale,
+    dmin = d, as q8k_tiles' common form has them)."""
+    h = 16 * g
+    for half in range(2):
+        for w in range(8):
+            ql = wload16(row, o + (16 * half + w) * WORD + 4 * h)
+            qm = wload16(row, o + (16 * half + 8 + w) * WORD + 4 * h)
+            qh = wload16(row, o + QH6 + (8 * half + w) * WORD + 4 * h)
+            word = b * 64 + 32 * half + w  # of value 128·half + 4w: then +32, +64, +96 values
+            istore16(qt32, word * ROWS + h, six_a(ql, qh))
+            istore16(qt32, (word + 8) * ROWS + h, six_b(qm, qh))
+            istore16(qt32, (word + 16) * ROWS + h, six_c(ql, qh))
+            istore16(qt32, (word + 24) * ROWS + h, six_d(qm, qh))
+    for j in range(16):
+        sc = sbload16(row, o + SC6 + j * ROWS + h)
+        istore16(sv, (b * 16 + j) * ROWS + h, sc)
+        istore16(mn, (b * 16 + j) * ROWS + h, imacs16(izero16(), sc, 32))
+    d = hload16(row, o + D6 + 2 * h)
+    store16(dt, b * ROWS + h, d)
+    store16(dm, b * ROWS + h, d)
+
+
+@inline
+def _unpack45(five, row, o, g, b, qt32, sv, mn, dt, dm):
+    """Rows 16g..16g+15 of a Q4_K / Q5_K super-block into q8k_lanes' tile (a scale at each per-32
+    entry, the per-32 kernels read only those; mins at both per-16 entries)."""
+    h, f = 16 * g, o + (QH5_BYTES if five else 0)
+    for pr in range(4):
+        for w in range(8):
+            lo, hi = _quants(five, row, o, o + (pr * 8 + w) * WORD + 4 * h, 4 * h, pr, w)
+            word = b * 64 + 16 * pr + w  # of value 64·pr + 4w; the high nibbles 32 values on
+            istore16(qt32, word * ROWS + h, lo)
+            istore16(qt32, (word + 8) * ROWS + h, hi)
+    for j in range(8):
+        m = bload16(row, f + MN + j * ROWS + h)
+        istore16(sv, (b * 16 + 2 * j) * ROWS + h, bload16(row, f + SC + j * ROWS + h))
+        istore16(mn, (b * 16 + 2 * j) * ROWS + h, m)
+        istore16(mn, (b * 16 + 2 * j + 1) * ROWS + h, m)
+    store16(dt, b * ROWS + h, hload16(row, f + D + 2 * h))
+    store16(dm, b * ROWS + h, hload16(row, f + DM + 2 * h))
+
+
+@inline
+def _tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp):
+    """Task t for many vectors: unpacked once into q8k_lanes' tile (a copy with no transposes: the
+    layout is interleaved already), then q8k_lanes' passes, vpdpbusd alone per quant word and vector."""
+    n, gb = xq.shape[0], GB6 if bits == 6 else (GB5 if bits == 5 else GB)
+    for b in range(xd.shape[1]):
+        stream_ahead(p[t], b * gb, gb, True)
+        for g in range(2):
+            if bits == 6:
+                _unpack6(p[t], b * gb, g, b, qt32, sv, mn, dt, dm)
+            else:
+                _unpack45(bits == 5, p[t], b * gb, g, b, qt32, sv, mn, dt, dm)
+    nr, sub, qt = min(rows, (t + 1) * ROWS) - t * ROWS, 16 if bits == 6 else 32, qt32.view(np.uint8)
+    for i in range(0, n - n % 4, 4):
+        pass4(sub, qt, sv, mn, dt, dm, xq, xd, bs16, i, out, t * ROWS, nr, tmp)
+    for i in range(n - n % 4, n):
+        pass1(sub, qt, sv, mn, dt, dm, xq, xd, bs16, i, out, t * ROWS, nr, tmp)
+
+
+@inline
+def _products(bits, p, rows, xq, xd, bs16, out, threads):
+    """out [n, rows]: each of `threads` workers streams one contiguous run of tasks; from TILED_FROM
+    vectors on, each task is unpacked once into q8k_lanes' tile first."""
+    tasks, n, cols = p.shape[0], xq.shape[0], xq.shape[1]
     workers = max(1, min(tasks, threads))
     per = -(-tasks // workers)
     for wk in prange(workers):
         acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
         tmp = np.empty(16, np.float32)  # [16] one ragged row group
+        tiled = n >= TILED_FROM
+        qt32 = np.empty(cols // 4 * ROWS if tiled else 0, np.uint32)  # [cols/4, 32] quant words
+        sv = np.empty(cols // 16 * ROWS if tiled else 0, np.int32)  # [cols/16, 32] scales in row lanes
+        mn = np.empty(cols // 16 * ROWS if tiled else 0, np.int32)  # [cols/16, 32] mins in row lanes
+        dt = np.empty(cols // QK_K * ROWS if tiled else 0, np.float32)  # [nb, 32] d in row lanes
+        dm = np.empty(cols // QK_K * ROWS if tiled else 0, np.float32)  # [nb, 32] dmin in row lanes
         for t in range(wk * per, min(tasks, (wk + 1) * per)):
-            _task(six, p, t, rows, xq, xd, bs16, out, acc, tmp)
+            if tiled:
+                _tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp)
+            else:
+                _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp)
 
 
 @exact
 def q4_k_repacked(p, rows, xq, xd, bs16, out, threads):
     """out[i, r] for repacked Q4_K rows p (rows of them) and Q8_K vectors xq (scales xd, sums bs16)."""
-    _products(False, p, rows, xq, xd, bs16, out, threads)
+    _products(4, p, rows, xq, xd, bs16, out, threads)
+
+
+@exact
+def q5_k_repacked(p, rows, xq, xd, bs16, out, threads):
+    """out[i, r] for repacked Q5_K rows: Q4_K's kernel with each quant's fifth bit from qh."""
+    _products(5, p, rows, xq, xd, bs16, out, threads)
 
 
 @exact
 def q6_k_repacked(p, rows, xq, xd, bs16, out, threads):
     """out[i, r] for repacked Q6_K rows (quants 0..63; the offset 32 folded out as a min, as q8k_tiles does)."""
-    _products(True, p, rows, xq, xd, bs16, out, threads)
+    _products(6, p, rows, xq, xd, bs16, out, threads)

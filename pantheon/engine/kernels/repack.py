@@ -1,4 +1,4 @@
-"""The repacked layout of Q4_0 / Q8_0 / Q4_K / Q6_K weights: 32 rows' blocks interleaved, read as they lie.
+"""The repacked layout of Q4_0 / Q8_0 / Q4_K..Q6_K weights: 32 rows' blocks interleaved, read as they lie.
 
 The tiles kernels interleave 32 rows per task on every call, because the weights are zero-copy
 views of the file: at 8 vectors that transpose was half of a product's time. Repacked weights are that
@@ -12,12 +12,14 @@ after another, each as [unit][row] (a unit: the bytes one row contributes at a t
   Q4_K  quants: 32 words (pair p, word w: low nibbles are values 64p+4w.., high 64p+32+4w..),
         then the 8 six-bit scales and the 8 six-bit mins decoded to one byte each, then d, then
         dmin: fp16
+  Q5_K  as Q4_K, with the file's 32 qh bytes as 8 words between the quants and the scales (bit 2p
+        of qh byte l is the fifth bit of value 64p+l, bit 2p+1 that of 64p+32+l)
   Q6_K  ql: 32 words, qh: 16 words, the 16 int8 scales, d: fp16 (the file's fields in its order;
         half h's ql bytes l and l + 32 and qh byte l hold values 128h + l, +32, +64, +96)
 
 Q4_0, Q8_0 and Q6_K are a permutation of the file's bytes (18 / 34 / 210 per row and block); Q4_K
-grows from 144 to 148 bytes per row and super-block (its 12 packed scale bytes become 16), so no
-kernel decodes them.
+and Q5_K grow by 4 bytes per row and super-block (144 -> 148, 176 -> 180: the 12 packed scale bytes
+become 16), so no kernel decodes them.
 """
 
 import numpy as np
@@ -26,7 +28,8 @@ from gguf import GGMLQuantizationType as T
 # Rows per task: two 16-lane groups.
 ROWS = 32
 # qtype -> (values per block, file bytes per block of one row, repacked bytes per block of one row)
-LAYOUTS = {T.Q4_0: (32, 18, 18), T.Q8_0: (32, 34, 34), T.Q4_K: (256, 144, 148), T.Q6_K: (256, 210, 210)}
+LAYOUTS = {T.Q4_0: (32, 18, 18), T.Q8_0: (32, 34, 34), T.Q4_K: (256, 144, 148), T.Q5_K: (256, 176, 180),
+           T.Q6_K: (256, 210, 210)}
 
 
 def supports(qtype, cols):
@@ -46,9 +49,10 @@ def _fields(qtype, blocks):
     if qtype == T.Q6_K:
         return (blocks[..., :128].reshape(tasks, rows, nb, 32, 4), blocks[..., 128:192].reshape(tasks, rows, nb, 16, 4),
                 blocks[..., 192:208, None], blocks[..., None, 208:210])
-    if qtype == T.Q4_K:
+    if qtype in (T.Q4_K, T.Q5_K):
         sc, mn = _k4_scales(blocks[..., 4:16])  # [tasks, 32, nb, 8] each
-        return (blocks[..., 16:].reshape(tasks, rows, nb, 32, 4), sc[..., None], mn[..., None],
+        qh = (blocks[..., 16:48].reshape(tasks, rows, nb, 8, 4),) if qtype == T.Q5_K else ()
+        return (blocks[..., -128:].reshape(tasks, rows, nb, 32, 4), *qh, sc[..., None], mn[..., None],
                 blocks[..., None, 0:2], blocks[..., None, 2:4])
     qs = blocks[..., 2:].reshape(tasks, rows, nb, -1, 4)  # [tasks, 32, nb, words, 4]
     return (qs ^ np.uint8(0x80) if qtype == T.Q8_0 else qs), blocks[..., None, 0:2]
@@ -89,6 +93,9 @@ def unpack(qtype, packed, rows):
     if qtype == T.Q4_K:
         qs, sc, mn, d, dmin = fields
         fields = [d, dmin, _k4_pack(sc, mn), qs]
+    elif qtype == T.Q5_K:
+        qs, qh, sc, mn, d, dmin = fields
+        fields = [d, dmin, _k4_pack(sc, mn), qh, qs]
     elif qtype != T.Q6_K:  # Q4_0 / Q8_0 keep d first in the file (Q6_K's fields are in its order)
         fields = [fields[1], fields[0] ^ np.uint8(0x80) if qtype == T.Q8_0 else fields[0]]
     return np.concatenate(fields, axis=3).reshape(tasks * ROWS, nb * block)[:rows]

@@ -124,3 +124,41 @@ def _fma_half(negate):
 # fma16h(acc, dots, ary, off, xd): `fma16` with d from the repacked block's fp16 row lanes; fnma16h the
 # mins term (dmin) the same way.
 fma16h, fnma16h = _fma_half(False), _fma_half(True)
+
+
+@intrinsic
+def qbit16(typingctx, qh, left, right):
+    """((qh << left) >> right) & 0x10 in every byte: one bit of each Q5_K qh byte moved to bit 4, the
+    fifth bit of a quant (left = 4 − s or right = s − 4 for bit s, the other 0)."""
+    def codegen(context, builder, sig, args):
+        def splat(v):
+            return _splat(builder, _as_i32(builder, v), _V16I)
+        v = builder.lshr(builder.shl(args[0], splat(args[1])), splat(args[2]))
+        return builder.and_(v, ir.Constant(_V16I, [0x10101010] * 16))
+    return I32X16(qh, left, right), codegen
+
+
+@intrinsic
+def or16(typingctx, a, b):
+    """a | b lane-wise: a quant's low bits and its high bit."""
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], args[1])
+    return I32X16(a, b), codegen
+
+
+@intrinsic
+def istore16(typingctx, ary, idx, v):
+    """ary[idx:idx+16] = v for a 1-D int32 / uint32 array: 16 rows' quant words or scales into a tile."""
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], _V16I), align=4)
+        return context.get_dummy_value()
+    return types.none(ary, idx, v), codegen
+
+
+@intrinsic
+def hload16(typingctx, ary, off):
+    """The 16 fp16 at byte `off` of a uint8 array as float32 lanes (exact): 16 rows' d or dmin."""
+    def codegen(context, builder, sig, args):
+        vh = ir.VectorType(ir.HalfType(), 16)
+        return builder.fpext(builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], vh), align=1), _V16F)
+    return F32X16(ary, off), codegen

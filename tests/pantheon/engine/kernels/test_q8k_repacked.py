@@ -1,4 +1,4 @@
-"""The Q4_K / Q6_K kernels on repacked weights: bit for bit the zero-copy Q8_K kernels' results, at every batch size."""
+"""The Q4_K / Q5_K / Q6_K kernels on repacked weights: bit for bit the zero-copy Q8_K kernels' results, at every batch size."""
 
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not has_vnni(), reason="host has no AVX512-VNNI"
 ROWS, COLS = 85, 512
 
 
-@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q6_K))
+@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q5_K, T.Q6_K))
 @pytest.mark.parametrize("n", (1, 3, 4, 5, 8, 11, 17))
 @pytest.mark.parametrize("threads", (1, 2))
 def test_equal_to_the_zero_copy_kernels(qtype, n, threads):
@@ -26,12 +26,12 @@ def test_equal_to_the_zero_copy_kernels(qtype, n, threads):
     want = np.empty((n, ROWS), np.float32)  # [n, rows]
     q8k.product(qtype, raw, acts, want)
     got = np.full((n, ROWS), np.nan, np.float32)  # [n, rows]
-    kernel = q8k.q4_k_repacked if qtype == T.Q4_K else q8k.q6_k_repacked
+    kernel = {T.Q4_K: q8k.q4_k_repacked, T.Q5_K: q8k.q5_k_repacked, T.Q6_K: q8k.q6_k_repacked}[qtype]
     kernel(repack.pack(qtype, raw), ROWS, acts.xq, acts.xd, acts.bs16, got, threads)
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q6_K))
+@pytest.mark.parametrize("qtype", (T.Q4_K, T.Q5_K, T.Q6_K))
 def test_matches_dequantized_float64(qtype):
     """Independent of every kernel: the dequantized weights times the Q8_K activations, in float64."""
     rng = np.random.default_rng(5)

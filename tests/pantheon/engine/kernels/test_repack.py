@@ -12,11 +12,11 @@ from tests.pantheon.engine.kernels.blocks import random_blocks
 ROWS, COLS = 85, 256
 
 
-@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K))
+@pytest.mark.parametrize("qtype", (T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K))
 def test_round_trip_and_size(qtype):
     raw = random_blocks(qtype, ROWS, COLS, np.random.default_rng(int(qtype)))
     p = repack.pack(qtype, raw)
-    grown = {T.Q4_K: 148 / 144}.get(qtype, 1)  # Q4_K's 12 packed scale bytes become 16
+    grown = {T.Q4_K: 148 / 144, T.Q5_K: 180 / 176}.get(qtype, 1)  # 12 packed scale bytes become 16
     assert p.shape == (3, raw.shape[1] * 32 * grown) and p.nbytes == repack.nbytes(qtype, ROWS, COLS)
     np.testing.assert_array_equal(repack.unpack(qtype, p, ROWS), raw)
 
