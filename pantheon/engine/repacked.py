@@ -164,14 +164,13 @@ def _fsync_dir(directory):
 
 def _prune(directory, keep):
     """Remove sidecars whose model file is gone or has changed since (their key no longer matches), and
-    builders' leftovers. Best effort; a mapped sidecar stays readable after its name goes."""
+    dead builders' leftovers: called under the lock, which every builder holds while it writes, so any
+    other private file is one. Best effort; a mapped sidecar stays readable after its name goes."""
     for other in directory.glob("*.repack"):
         if other != keep and _stale(directory, other):
             other.unlink(missing_ok=True)
     for tmp in directory.glob(".*.tmp"):
-        pid = tmp.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
-            tmp.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
 
 
 def _stale(directory, path):
@@ -186,12 +185,3 @@ def _stale(directory, path):
     except (OSError, ValueError, KeyError, struct.error):
         return True
 
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -21,8 +21,8 @@ from pantheon.engine.kernels.q8k_lanes import pass1, pass4
 from pantheon.engine.kernels.repack import LAYOUTS, ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
 from pantheon.engine.kernels.simd_lanes import (bload16, fload16, fma16h, fnma16h, hi16, hload16, imac16, imacs16,
-                                                istore16, lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d,
-                                                vdot16, wload16)
+                                                lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d, vdot16,
+                                                wload16)
 
 # Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K (Q5_K: its qh words at
 # QH5, then Q4_K's fields QH5_BYTES later), then Q6_K.
@@ -97,9 +97,18 @@ def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
 
 
 @inline
+def _end1(acc, i, g, isum, row, f, bs16, b, xd):
+    """Vector i's mins over super-block b (f: where its fields start, less SC) and its two fmas."""
+    m0 = izero16()
+    for j in range(8):
+        m0 = imacs16(m0, bload16(row, f + MN + j * ROWS + 16 * g), _msum(bs16, i, b, j))
+    _finish(acc, 32 * i + 16 * g, isum, m0, row, f, g, xd[i, b])
+
+
+@inline
 def _one(p, t, g, xq, xd, bs16, i, b, acc):
     """`_four` for the single vector i of Q4_K (Q5_K: `_one5`)."""
-    row, o, h, x0, i0, m0 = p[t], b * GB, 64 * g, xq[i], izero16(), izero16()
+    row, o, h, x0, i0 = p[t], b * GB, 64 * g, xq[i], izero16()
     for pr in range(4):
         c0, f0 = izero16(), izero16()
         for w in range(8):
@@ -108,9 +117,7 @@ def _one(p, t, g, xq, xd, bs16, i, b, acc):
             c0, f0 = vdot16(c0, lo, x0, xo), vdot16(f0, hi, x0, xo + 32)
         s0, s1 = bload16(row, o + SC + 2 * pr * ROWS + 16 * g), bload16(row, o + SC + (2 * pr + 1) * ROWS + 16 * g)
         i0 = imac16(imac16(i0, c0, s0), f0, s1)
-    for j in range(8):
-        m0 = imacs16(m0, bload16(row, o + MN + j * ROWS + 16 * g), _msum(bs16, i, b, j))
-    _finish(acc, 32 * i + 16 * g, i0, m0, row, o, g, xd[i, b])
+    _end1(acc, i, g, i0, row, o, bs16, b, xd)
 
 
 @inline
@@ -134,13 +141,11 @@ def _one5(p, t, g, xq, xd, bs16, i, b, acc):
         c1, e1 = _bits5(c1, e1, row, at + 8 * WORD, qh, x0, xo + 64, 2, 0, 1, 0)
         c2, e2 = _bits5(c2, e2, row, at + 16 * WORD, qh, x0, xo + 128, 0, 0, 0, 1)
         c3, e3 = _bits5(c3, e3, row, at + 24 * WORD, qh, x0, xo + 192, 0, 2, 0, 3)
-    f, i0, m0 = o + QH5_BYTES, izero16(), izero16()
+    f, i0 = o + QH5_BYTES, izero16()
     for pr, (c, e) in enumerate(((c0, e0), (c1, e1), (c2, e2), (c3, e3))):
         s0, s1 = bload16(row, f + SC + 2 * pr * ROWS + 16 * g), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16 * g)
         i0 = imac16(imac16(i0, c, s0), e, s1)
-    for j in range(8):
-        m0 = imacs16(m0, bload16(row, f + MN + j * ROWS + 16 * g), _msum(bs16, i, b, j))
-    _finish(acc, 32 * i + 16 * g, i0, m0, row, f, g, xd[i, b])
+    _end1(acc, i, g, i0, row, f, bs16, b, xd)
 
 
 @inline
@@ -259,14 +264,14 @@ def _unpack6(row, o, g, b, qt32, sv, mn, dt, dm):
             qm = wload16(row, o + (16 * half + 8 + w) * WORD + 4 * h)
             qh = wload16(row, o + QH6 + (8 * half + w) * WORD + 4 * h)
             word = b * 64 + 32 * half + w  # of value 128·half + 4w: then +32, +64, +96 values
-            istore16(qt32, word * ROWS + h, six_a(ql, qh))
-            istore16(qt32, (word + 8) * ROWS + h, six_b(qm, qh))
-            istore16(qt32, (word + 16) * ROWS + h, six_c(ql, qh))
-            istore16(qt32, (word + 24) * ROWS + h, six_d(qm, qh))
+            store16(qt32, word * ROWS + h, six_a(ql, qh))
+            store16(qt32, (word + 8) * ROWS + h, six_b(qm, qh))
+            store16(qt32, (word + 16) * ROWS + h, six_c(ql, qh))
+            store16(qt32, (word + 24) * ROWS + h, six_d(qm, qh))
     for j in range(16):
         sc = sbload16(row, o + SC6 + j * ROWS + h)
-        istore16(sv, (b * 16 + j) * ROWS + h, sc)
-        istore16(mn, (b * 16 + j) * ROWS + h, imacs16(izero16(), sc, 32))
+        store16(sv, (b * 16 + j) * ROWS + h, sc)
+        store16(mn, (b * 16 + j) * ROWS + h, imacs16(izero16(), sc, 32))
     d = hload16(row, o + D6 + 2 * h)
     store16(dt, b * ROWS + h, d)
     store16(dm, b * ROWS + h, d)
@@ -281,13 +286,13 @@ def _unpack45(five, row, o, g, b, qt32, sv, mn, dt, dm):
         for w in range(8):
             lo, hi = _quants(five, row, o, o + (pr * 8 + w) * WORD + 4 * h, 4 * h, pr, w)
             word = b * 64 + 16 * pr + w  # of value 64·pr + 4w; the high nibbles 32 values on
-            istore16(qt32, word * ROWS + h, lo)
-            istore16(qt32, (word + 8) * ROWS + h, hi)
+            store16(qt32, word * ROWS + h, lo)
+            store16(qt32, (word + 8) * ROWS + h, hi)
     for j in range(8):
         m = bload16(row, f + MN + j * ROWS + h)
-        istore16(sv, (b * 16 + 2 * j) * ROWS + h, bload16(row, f + SC + j * ROWS + h))
-        istore16(mn, (b * 16 + 2 * j) * ROWS + h, m)
-        istore16(mn, (b * 16 + 2 * j + 1) * ROWS + h, m)
+        store16(sv, (b * 16 + 2 * j) * ROWS + h, bload16(row, f + SC + j * ROWS + h))
+        store16(mn, (b * 16 + 2 * j) * ROWS + h, m)
+        store16(mn, (b * 16 + 2 * j + 1) * ROWS + h, m)
     store16(dt, b * ROWS + h, hload16(row, f + D + 2 * h))
     store16(dm, b * ROWS + h, hload16(row, f + DM + 2 * h))
 

@@ -94,9 +94,10 @@ def fzero16(typingctx):
 
 @intrinsic
 def store16(typingctx, ary, idx, v):
-    """ary[idx:idx+16] = v for a 1-D float32 array: 16 rows' results of one vector."""
+    """ary[idx:idx+16] = v for a 1-D array of v's lanes (float32, or int32 / uint32): 16 rows' results of
+    one vector, or 16 rows' quant words or scales into a tile."""
     def codegen(context, builder, sig, args):
-        builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], _V16F), align=4)
+        builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], args[2].type), align=4)
         return context.get_dummy_value()
     return types.none(ary, idx, v), codegen
 

@@ -147,15 +147,6 @@ def or16(typingctx, a, b):
 
 
 @intrinsic
-def istore16(typingctx, ary, idx, v):
-    """ary[idx:idx+16] = v for a 1-D int32 / uint32 array: 16 rows' quant words or scales into a tile."""
-    def codegen(context, builder, sig, args):
-        builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], _V16I), align=4)
-        return context.get_dummy_value()
-    return types.none(ary, idx, v), codegen
-
-
-@intrinsic
 def hload16(typingctx, ary, off):
     """The 16 fp16 at byte `off` of a uint8 array as float32 lanes (exact): 16 rows' d or dmin."""
     def codegen(context, builder, sig, args):

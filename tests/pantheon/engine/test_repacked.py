@@ -126,7 +126,7 @@ def test_replicas_loading_at_once_build_one_file(model_file, tmp_path, reference
 def test_leftovers_of_a_dead_builder_and_orphans_are_pruned(model_file, tmp_path):
     rp = tmp_path / "rp"
     rp.mkdir()
-    (rp / ".x.repack.999999999.tmp").write_bytes(b"partial")  # no such process
+    (rp / ".x.repack.999999999.tmp").write_bytes(b"partial")  # a builder that died mid-write
     gone = tmp_path / "gone.gguf"
     shutil.copyfile(model_file, gone)
     open_model(str(gone), repack_dir=rp)
