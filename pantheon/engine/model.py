@@ -120,9 +120,9 @@ def open_model(path, threads=None, quantize=False, config=None, repack=True, rep
     config.json when not beside it); typed GGUFError subclasses on anything malformed.
 
     quantize=True converts float (F32/F16/BF16) matrices to Q8_0 in memory: no longer zero-copy,
-    but half of F16's memory traffic per token. Otherwise, with `repack`, Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices are read
-    from their repacked sidecar in `repack_dir` (None: sizes.REPACK_DIR; engine.repacked, written on
-    the first open), else from the file's own layout."""
+    but half of F16's memory traffic per token. Otherwise, with `repack`, Q4_0 / Q8_0 / Q4_K / Q5_K /
+    Q6_K matrices are read from their repacked sidecar in `repack_dir` (None: sizes.REPACK_DIR;
+    engine.repacked, written on the first open), else from the file's own layout."""
     gguf, cfg = open_files(path, config)
     weights = bind_weights(gguf.tensors, cfg)
     if quantize:

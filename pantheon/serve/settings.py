@@ -588,9 +588,9 @@ class Operations:
     # PANTHEON_KERNEL_CACHE: where compiled CPU kernels are kept (a subdirectory per engine source digest);
     # unset: NUMBA_CACHE_DIR, else pantheon/engine/kernels/__pycache__ (pantheon.engine.kernels.compile_cache)
     kernel_cache: Optional[str] = None
-    # PANTHEON_REPACK_DIR: where Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights are kept repacked for the VNNI kernels, one
-    # file per model (pantheon.engine.repacked); unset: the engine's default directory; "off": repack False,
-    # every model served from its file's own layout
+    # PANTHEON_REPACK_DIR: where Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights are kept repacked for the VNNI
+    # kernels, one file per model (pantheon.engine.repacked); unset: the engine's default directory; "off":
+    # repack False, every model served from its file's own layout
     repack: bool = True
     repack_dir: Optional[str] = None
 
