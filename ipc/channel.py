@@ -120,6 +120,20 @@ class Sender:
             U32.pack_into(buf, OFF_SLEEPING, 0)
             self._bell.ring()
 
+    def flush(self, timeout):
+        """Wait up to `timeout` s until the consumer has read every message sent; True if it has.
+        A producer about to exit calls it so that its last words are read before its exit is seen."""
+        ring = self._ring
+        deadline = time.monotonic() + timeout
+        while ring.published_read_seq() < ring.wseq:
+            if ring.sleeping:
+                ring.sleeping = 0
+                self._bell.ring()
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1e-3)
+        return True
+
     def _wait_space(self, timeout):
         """Backpressure: poll with a growing sleep; never overwrite an unread slot."""
         ring = self._ring

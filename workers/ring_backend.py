@@ -237,6 +237,7 @@ class RingBackend:
         # of its predecessor, whose late frames may still sit in this front's rings
         self._ids = itertools.count(time.monotonic_ns() // 1000 + 1)
         self._served = {}
+        self._open_lock = threading.Lock()
         self._thread = None
         self.draining = False
 
@@ -257,18 +258,19 @@ class RingBackend:
         threading.Thread(target=self._prepare, name="served-prepare", daemon=True).start()
 
     def _prepare(self):
-        """Open each newly loaded slot's tokenizer and template before its first request needs them
-        (a large vocabulary takes a fraction of a second to read), and run both once so their lazy
-        parts (regexes, the compiled template) are ready: a first request costs what the tenth does."""
+        """Open each new slot's tokenizer and template while its worker still loads the weights (a large
+        vocabulary takes a fraction of a second to read), and run both once so their lazy parts
+        (regexes, the compiled template) are ready: the first request neither waits for them nor
+        shares the front's GIL with them, and costs what the tenth does."""
         tried = set()
         while True:
             for slot, rec in self.tables.live_slots():
-                key = (slot, int(rec["version"]))
-                if rec["state"] != SLOT_LOADED or key in tried:
+                key = (slot, int(rec["serial"]))
+                if rec["state"] not in (SLOT_LOADING, SLOT_LOADED) or key in tried:
                     continue
                 tried.add(key)
                 try:
-                    self._served_slot(slot, rec).prompts.chat([{"role": "user", "content": "Hello, world."}])
+                    self._opened(slot, rec).prompts.chat([{"role": "user", "content": "Hello, world."}])
                 except Exception as e:  # a request opening it again gets the typed error, for its client
                     print(f"pantheon-front {self.front}: preparing slot {slot}: {type(e).__name__}: {e}",
                           file=sys.stderr, flush=True)
@@ -322,10 +324,18 @@ class RingBackend:
             raise Unavailable(f"model {text(rec['name'])!r} is still loading", retry_after=2.0)
         if rec["state"] != SLOT_LOADED:
             raise Unavailable(f"model {text(rec['name'])!r} is {SLOT_STATES[rec['state']]}", retry_after=5.0)
-        key = (slot, int(rec["version"]))
-        if key not in self._served:
-            self._served[key] = _open_served(rec, self.chat_templates.get(text(rec["name"])))
-        return self._served[key]
+        return self._opened(slot, rec)
+
+    def _opened(self, slot, rec):
+        """Open the tokenizer and template of a slot's placement once; a request meeting the prepare
+        thread at work waits for its copy rather than opening a second."""
+        key = (slot, int(rec["serial"]))
+        with self._open_lock:
+            if key not in self._served:
+                for old in [k for k in self._served if k[0] == slot]:  # an earlier model of the slot
+                    del self._served[old]
+                self._served[key] = _open_served(rec, self.chat_templates.get(text(rec["name"])))
+            return self._served[key]
 
     def _context(self, slot, rec):
         """The context a request gets: the cap clamped to the model's training context once loaded

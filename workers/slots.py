@@ -5,6 +5,7 @@ sequences decoded together and whether weights are quantized; `record` is the on
 them into the shared table's fields, `spec_of` the one place that reads them back."""
 
 import functools
+import itertools
 import time
 
 from pantheon.errors import UsageError
@@ -32,6 +33,7 @@ class SlotBook:
     def __init__(self, config, die_list):
         index = {d.name: i for i, d in enumerate(die_list)}
         self.config, self.slots, self.die_list = config, [], die_list
+        self.serials = itertools.count(1)  # the slot table's `serial`: one per placement of a model
         for spec in config.models:
             self._add(spec, *placement(spec.dies or ("cpu0",), index))
         if len(self.slots) > MAX_SLOTS:
@@ -60,7 +62,8 @@ class SlotBook:
             self.slots.append(fields)
         else:
             self.slots[i] = fields
-        tables.write_slot(i, state=SLOT_LOADING, created=int(time.time()), reason="", **fields)
+        tables.write_slot(i, state=SLOT_LOADING, created=int(time.time()), reason="", serial=next(self.serials),
+                          **fields)
         return i
 
     def remove(self, i):
@@ -72,7 +75,7 @@ class SlotBook:
     def publish(self, tables):
         now = int(time.time())
         for i, s in enumerate(self.slots):
-            tables.write_slot(i, state=SLOT_LOADING, created=now, reason="", **s)
+            tables.write_slot(i, state=SLOT_LOADING, created=now, reason="", serial=next(self.serials), **s)
 
     def used_dies(self):
         return sorted({d for s in self.slots if s for d in range(64) if s["dies"] >> d & 1})
@@ -115,7 +118,9 @@ class SlotBook:
         reasons = {slot: msg for die, slot, msg in notes if die == d}
         for i in self.slots_on(d):
             if self._state(tables, i, self.slots[i]["dies"]) == SLOT_FAILED:
-                tables.write_slot(i, state=SLOT_FAILED, reason=reasons.get(i, detail))
+                # a load error already recorded (refresh saw the note first) outranks the exit status
+                known = text(tables.read_slot(i)["reason"])
+                tables.write_slot(i, state=SLOT_FAILED, reason=reasons.get(i) or known or detail)
 
 
 def record(spec, mask, split, batch_slots, quantize):

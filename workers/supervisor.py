@@ -257,7 +257,8 @@ class Supervisor:
             rec = tables.dies[d]
             if rec["state"] == DIE_STARTING and self.book.settled(rec, d):
                 rec["state"] = DIE_UP
-        for name, state in self.book.refresh(tables, self.dispatcher.status_notes):
+        notes = tuple(self.dispatcher.status_notes)  # one copy, taken at once: the dispatcher thread appends
+        for name, state in self.book.refresh(tables, notes):
             if state == SLOT_LOADED:  # a worker announces a model only once its kernels are compiled
                 log(f"model {name} loaded")
         self._admin()

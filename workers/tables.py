@@ -26,6 +26,7 @@ SLOT_DTYPE = np.dtype([
     ("dies", "<u8"), ("ctx_cap", "<u4"), ("batch_slots", "<u4"), ("max_sessions", "<u4"),
     ("max_concurrent", "<u4"), ("reasoning_budget", "<u4"), ("quantize", "u1"), ("created", "<u8"),
     ("split", "S128"),  # CUDA layer-split groups: 'cuda0+cuda1[,cuda2+cuda3]'; the first die of a group runs it
+    ("serial", "<u8"),  # which placement of a model this is: a new one each time a model enters the slot
 ])
 
 # worker-written: heartbeat .. rss; supervisor-written: pid .. restarts.

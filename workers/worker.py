@@ -20,6 +20,7 @@ from workers.lifecycle import heartbeat_interval
 from workers.tables import text
 
 IDLE_WAIT_S = 0.05
+EXIT_FLUSH_S = 2.0
 LOAD_GRACE_S = 900.0  # a die loading a model at run time is not judged by its heartbeat meanwhile
 
 
@@ -89,6 +90,7 @@ class DieWorker:
 
     def run(self):
         if self.assigned and not self.engines:
+            self.to_sup.flush(EXIT_FLUSH_S)  # the supervisor reads why before it sees the exit
             return protocol.EXIT_BAD_MODEL  # every model placed here failed to open: do not crash-loop
         beat = heartbeat_interval()
         next_beat = 0.0

@@ -91,6 +91,23 @@ def test_backpressure_resumes_when_consumer_drains():
     assert wait(pid) == 0
 
 
+def test_flush_returns_once_the_consumer_has_read_everything():
+    ch = Channel(nslots=8, slot_size=128)
+    tx, rx = ch.sender(), ch.receiver()
+    assert tx.flush(0.0)  # nothing sent: nothing to wait for
+    tx.send(Kind.TOKENS, 1, 0, b"last words")
+    t = time.monotonic()
+    assert not tx.flush(0.05)  # unread: it waits the whole timeout, then says so
+    assert time.monotonic() - t >= 0.045
+
+    def child():
+        time.sleep(0.1)
+        os._exit(0 if rx.receive(timeout=5).payload == b"last words" else 1)
+    pid = fork(child)
+    assert tx.flush(5.0)
+    assert wait(pid) == 0
+
+
 def _die_before_commit(ch, fragments_before_death):
     tx = ch.sender()
     tx.send(Kind.TOKENS, 1, 0, b"complete", timeout=1)

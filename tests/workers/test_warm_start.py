@@ -8,7 +8,7 @@ import time
 
 from tests.workers.serving import Server
 
-REQUESTS = 10
+REQUESTS = 21  # the first, then 20 warm ones
 
 
 def time_to_first_token(server, prompt):
@@ -36,9 +36,10 @@ def test_first_request_on_a_fresh_kernel_cache_is_as_fast_as_a_warm_one(tmp_path
         times = [time_to_first_token(srv, f"Request number {i} asks about") for i in range(REQUESTS)]
         log = srv.log()
         compile_s = float(re.search(r"kernels ready in ([0-9.]+) s", log).group(1))
-        # Load on a shared machine comes in bursts: the warm requests right after the first share its
-        # conditions, so the first is held to 2x of the slower of them (and of the median of all).
-        warm = max(times[1], times[2], statistics.median(times[1:]))
+        # A few milliseconds of thread hand-offs on 2 shared cores spread the warm requests too (p90 at
+        # ~1.6x the median here): the first is held to 2x the warm ones' 90th percentile, which a pause
+        # of its own (a compile, opening the tokenizer) exceeds and noise alone rarely does.
+        warm = statistics.quantiles(times[1:], n=10)[-1]
         assert times[0] <= 2 * warm, (times, log[-3000:])
         # the pause a first request would have had without the warm-up: far above that bound
         assert times[0] < compile_s / 2, (times, compile_s)

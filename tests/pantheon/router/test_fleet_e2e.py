@@ -224,6 +224,8 @@ def test_a_new_instance_joins_and_a_draining_one_finishes_its_streams(fleet, mod
         assert router.instance_of(headers, fleet_view(router)) == other
     events, ending = _read_events(resp)
     assert ending == "done", ending
+    odd = [e for e in events[:-1] if "choices" not in json.loads(e)]  # an error event: what ended it early
+    assert not odd, (odd, servers[old_key].log()[-3000:], router.log()[-3000:])
     texts = [json.loads(e)["choices"][0]["text"] for e in events[:-1]]
     assert len("".join(texts)) > 0 and json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
     print(f"the draining instance finished its open stream: {len(texts)} events, [DONE]; 3 new requests went "
