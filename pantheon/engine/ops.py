@@ -4,6 +4,7 @@ import numpy as np
 
 from numba import prange
 
+from pantheon.engine.kernels.fastexp import expf
 from pantheon.engine.kernels.jit import exact, serial
 
 
@@ -36,14 +37,14 @@ def silu(x):
 
 @exact
 def _silu_mul_rows(g, u, out):
-    # One pass instead of numpy's four (negate, exp, add, divide, then the product), rows in parallel.
-    # No fastmath: it assumes no infinities (exp(1e4) / inf became NaN) and let a row's bits depend
-    # on the batch (tests/pantheon/engine/test_ops.py).
+    # One pass instead of numpy's four (negate, exp, add, divide, then the product), rows in parallel,
+    # with an exp the loop vectorizes (fastexp; libm's is a call per element). No fastmath: it let a
+    # row's bits depend on the batch (tests/pantheon/engine/test_ops.py).
     n, f = g.shape
     for i in prange(n):
         for j in range(f):
             x = g[i, j]
-            out[i, j] = x / (np.float32(1.0) + np.exp(-x)) * u[i, j]
+            out[i, j] = x / (np.float32(1.0) + expf(-x)) * u[i, j]
 
 
 def silu_mul(g, u):
@@ -72,13 +73,22 @@ class Rope:
         return np.cos(theta).astype(np.float32)[:, None, :], np.sin(theta).astype(np.float32)[:, None, :]
 
     def apply(self, x, cos, sin):
-        """Rotate x float32 [S, heads, head_dim] in place and return it."""
-        half = self.n_rot // 2
-        if self.neox:
-            a, b = x[..., :half], x[..., half:self.n_rot]  # [S, H, half] views
-        else:
-            a, b = x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2]  # [S, H, half] views
-        a2 = a * cos - b * sin  # [S, H, half]
-        b[...] = a * sin + b * cos
-        a[...] = a2
+        """Rotate x float32 [S, heads, head_dim] (C-contiguous) in place and return it."""
+        s, half = cos.shape[0], self.n_rot // 2
+        second, stride = (half, 1) if self.neox else (1, 2)
+        _rotate(x, cos.reshape(s, half), sin.reshape(s, half), half, second, stride)
         return x
+
+
+@serial
+def _rotate(x, cos, sin, half, second, stride):
+    # One pass in place (numpy took eight, over strided views): pair j of a head is elements
+    # j*stride and j*stride + second (NeoX: j and j + n_rot/2; interleaved: 2j and 2j + 1).
+    n, heads, _ = x.shape
+    for i in range(n):
+        for h in range(heads):
+            for j in range(half):
+                a, b = x[i, h, j * stride], x[i, h, j * stride + second]
+                c, s = cos[i, j], sin[i, j]
+                x[i, h, j * stride] = a * c - b * s
+                x[i, h, j * stride + second] = a * s + b * c
