@@ -8,7 +8,8 @@ import time
 
 from tests.workers.serving import Server
 
-REQUESTS = 21  # the first, then 20 warm ones
+REQUESTS = 11  # the first, then 10 warm ones
+STARTS = 3
 
 
 def time_to_first_token(server, prompt):
@@ -27,23 +28,30 @@ def time_to_first_token(server, prompt):
     return first
 
 
-def test_first_request_on_a_fresh_kernel_cache_is_as_fast_as_a_warm_one(tmp_path):
-    # an empty cache directory: every kernel is compiled in this run, none loaded from an earlier one
+def _fresh_start(cache):
+    """One server on an empty kernel cache `cache` (every kernel compiled in this run): the time to first
+    token of its first request and of REQUESTS - 1 warm ones after it, and its log."""
     srv = Server(["--http-workers", "1", "--cpu-dies", "1"], ready_timeout=900,
-                 env={"PANTHEON_KERNEL_CACHE": str(tmp_path)})
+                 env={"PANTHEON_KERNEL_CACHE": str(cache)})
     try:
         # Server returns once /health reports the model loaded: the very next request is the first
         times = [time_to_first_token(srv, f"Request number {i} asks about") for i in range(REQUESTS)]
-        log = srv.log()
-        compile_s = float(re.search(r"kernels ready in ([0-9.]+) s", log).group(1))
-        # A few milliseconds of thread hand-offs on 2 shared cores spread the warm requests too (p90 at
-        # ~1.6x the median here): the first is held to 2x the warm ones' 90th percentile, which a pause
-        # of its own (a compile, opening the tokenizer) exceeds and noise alone rarely does.
-        warm = statistics.quantiles(times[1:], n=10)[-1]
-        assert times[0] <= 2 * warm, (times, log[-3000:])
-        # the pause a first request would have had without the warm-up: far above that bound
-        assert times[0] < compile_s / 2, (times, compile_s)
-        assert log.index("kernels ready") < log.index("model pantheon-demo.gguf loaded"), log[-3000:]
-        assert list(tmp_path.glob("numba-*/*/*.nbi")), "the kernels were not cached under PANTHEON_KERNEL_CACHE"
+        return times, srv.log()
     finally:
         assert srv.stop() == 0
+
+
+def test_first_request_on_a_fresh_kernel_cache_is_as_fast_as_a_warm_one(tmp_path):
+    starts = [_fresh_start(tmp_path / f"cache{k}") for k in range(STARTS)]
+    for (times, log), k in zip(starts, range(STARTS)):
+        compile_s = float(re.search(r"kernels ready in ([0-9.]+) s", log).group(1))
+        # the pause a first request would have had without the warm-up: seconds, far above any bound below
+        assert times[0] < compile_s / 2, (times, compile_s)
+        assert log.index("kernels ready") < log.index("model pantheon-demo.gguf loaded"), log[-3000:]
+        assert list((tmp_path / f"cache{k}").glob("numba-*/*/*.nbi")), "the kernels were not cached there"
+    # Requests of 3-5 ms on 2 shared cores spread by thread hand-offs alone (300 warm ones here: median
+    # 3.3 ms, p90 5.4, p99 9.2), so one first request is one draw from that spread: the median first of
+    # STARTS fresh servers is held to 2x the warm requests' 90th percentile.
+    firsts = [times[0] for times, _ in starts]
+    warm = statistics.quantiles([t for times, _ in starts for t in times[1:]], n=10)[-1]
+    assert statistics.median(firsts) <= 2 * warm, (firsts, [times[1:] for times, _ in starts])
