@@ -5,8 +5,10 @@ per row, then d and dmin. Per 16 rows and 4 vectors: one 64-byte load gives a qu
 split into its low nibbles (sub-block 2p) and high ones (2p + 1), each one vpdpbusd per vector; a
 sub-block pair's exact dots are multiplied by the rows' scales (vpmulld), the mins by the vectors'
 activation sums per 32, and each super-block ends with q8k_lanes' two fmas:
-acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc). The same integers and float
-operations as the zero-copy kernels, so results are bit-equal to them at every batch size.
+acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc). The mins' sums come from vpdpwssd
+(two scale·Σxq products per lane), and Q6_K passes eight vectors at once, each 6-bit word assembled once
+for the eight. The same integers and float operations as the zero-copy kernels, so results are bit-equal
+to them at every batch size.
 """
 
 import numpy as np
@@ -20,9 +22,9 @@ from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.q8k_lanes import pass1, pass4
 from pantheon.engine.kernels.repack import LAYOUTS, ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import (bload16, fload16, fma16h, fnma16h, hi16, hload16, imac16, imacs16,
-                                                lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d, vdot16,
-                                                wload16)
+from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, hi16, hload16, imac16, imacs16,
+                                                lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d, spair16, vdot16,
+                                                wdot16, wload16)
 
 # Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K (Q5_K: its qh words at
 # QH5, then Q4_K's fields QH5_BYTES later), then Q6_K.
@@ -37,12 +39,6 @@ WORD = 4 * ROWS
 # its passes are vpdpbusd alone: splitting nibbles and scaling per pass of 4 vectors cost more there
 # (Q6_K 5632x2048, 128 vectors: 8.2 ms against 6.9 for the zero-copy tiles).
 TILED_FROM = 16
-
-
-@inline
-def _msum(bs16, i, b, j):
-    """Σxq over sub-block j (32 values) of super-block b of vector i: the two per-16 sums."""
-    return np.int32(bs16[i, 16 * b + 2 * j]) + np.int32(bs16[i, 16 * b + 2 * j + 1])
 
 
 @inline
@@ -89,11 +85,18 @@ def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
         i2, i3 = imac16(imac16(i2, c2, s0), f2, s1), imac16(imac16(i3, c3, s0), f3, s1)
     m0, m1, m2, m3 = izero16(), izero16(), izero16(), izero16()
     for j in range(8):
-        mn = bload16(row, f + MN + j * ROWS + 16 * g)
-        m0, m1 = imacs16(m0, mn, _msum(bs16, i, b, j)), imacs16(m1, mn, _msum(bs16, i + 1, b, j))
-        m2, m3 = imacs16(m2, mn, _msum(bs16, i + 2, b, j)), imacs16(m3, mn, _msum(bs16, i + 3, b, j))
+        mn, at = dup16(bload16(row, f + MN + j * ROWS + 16 * g)), 16 * b + 2 * j
+        m0, m1 = wdot16(m0, mn, bs16[i], at), wdot16(m1, mn, bs16[i + 1], at)
+        m2, m3 = wdot16(m2, mn, bs16[i + 2], at), wdot16(m3, mn, bs16[i + 3], at)
     for k, (isum, msum) in enumerate(((i0, m0), (i1, m1), (i2, m2), (i3, m3))):
         _finish(acc, 32 * (i + k) + 16 * g, isum, msum, row, f, g, xd[i + k, b])
+
+
+@inline
+def _scaled8(s, sg, a):
+    """s[k] + a[k]·sg for the eight vectors' sub-block dots a and the 16 rows' scales sg."""
+    return (imac16(s[0], a[0], sg), imac16(s[1], a[1], sg), imac16(s[2], a[2], sg), imac16(s[3], a[3], sg),
+            imac16(s[4], a[4], sg), imac16(s[5], a[5], sg), imac16(s[6], a[6], sg), imac16(s[7], a[7], sg))
 
 
 @inline
@@ -101,7 +104,7 @@ def _end1(acc, i, g, isum, row, f, bs16, b, xd):
     """Vector i's mins over super-block b (f: where its fields start, less SC) and its two fmas."""
     m0 = izero16()
     for j in range(8):
-        m0 = imacs16(m0, bload16(row, f + MN + j * ROWS + 16 * g), _msum(bs16, i, b, j))
+        m0 = wdot16(m0, dup16(bload16(row, f + MN + j * ROWS + 16 * g)), bs16[i], 16 * b + 2 * j)
     _finish(acc, 32 * i + 16 * g, isum, m0, row, f, g, xd[i, b])
 
 
@@ -157,10 +160,11 @@ def _finish6(acc, at, isum, msum, row, o, g, xd):
 
 @inline
 def _mins6(row, o, g, bs16, i, b):
-    """Σ_j scale_j · Σxq_j over the 16 per-16 groups of super-block b, vector i: 16 rows' lanes."""
-    m = izero16()
-    for j in range(16):
-        m = imacs16(m, sbload16(row, o + SC6 + j * ROWS + 16 * g), bs16[i, 16 * b + j])
+    """Σ_j scale_j · Σxq_j over the 16 per-16 groups of super-block b, vector i: 16 rows' lanes, two
+    groups per vpdpwssd."""
+    m, at = izero16(), o + SC6 + 16 * g
+    for j in range(8):
+        m = wdot16(m, spair16(row, at + 2 * j * ROWS, at + (2 * j + 1) * ROWS), bs16[i], 16 * b + 2 * j)
     return m
 
 
@@ -206,6 +210,53 @@ def _four6(p, t, g, xq, xd, bs16, i, b, acc):
 
 
 @inline
+def _group8(row, o, h, half, q, grp, xq, i, b):
+    """Vectors i..i+7 against value group `grp` (0..3: l, l+32, l+64, l+96) of one quarter of 16 rows:
+    each 6-bit word assembled once for the eight."""
+    x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
+    x4, x5, x6, x7 = xq[i + 4], xq[i + 5], xq[i + 6], xq[i + 7]  # [cols] int8 bytes each
+    a0, a1, a2, a3 = izero16(), izero16(), izero16(), izero16()
+    a4, a5, a6, a7 = izero16(), izero16(), izero16(), izero16()
+    for w in range(4 * q, 4 * q + 4):
+        ql = wload16(row, o + (16 * half + 8 * (grp % 2) + w) * WORD + h)
+        qh = wload16(row, o + QH6 + (8 * half + w) * WORD + h)
+        if grp == 0:
+            v = six_a(ql, qh)
+        elif grp == 1:
+            v = six_b(ql, qh)
+        elif grp == 2:
+            v = six_c(ql, qh)
+        else:
+            v = six_d(ql, qh)
+        xo = b * QK_K + 128 * half + 4 * w + 32 * grp
+        a0, a1, a2, a3 = vdot16(a0, v, x0, xo), vdot16(a1, v, x1, xo), vdot16(a2, v, x2, xo), vdot16(a3, v, x3, xo)
+        a4, a5, a6, a7 = vdot16(a4, v, x4, xo), vdot16(a5, v, x5, xo), vdot16(a6, v, x6, xo), vdot16(a7, v, x7, xo)
+    return a0, a1, a2, a3, a4, a5, a6, a7
+
+
+@inline
+def _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr):
+    """`_four6` for vectors i..i+7, value group by value group, so each 6-bit word is assembled once
+    per eight vectors (at 8 vectors that assembly, not vpdpbusd, bounded the 4-vector passes)."""
+    row, o, h = p[t], b * GB6, 64 * g
+    s = (izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16())
+    for half in range(2):
+        for q in range(2):
+            at = o + SC6 + (8 * half + q) * ROWS + 16 * g
+            s = _scaled8(s, sbload16(row, at), _group8(row, o, h, half, q, 0, xq, i, b))
+            s = _scaled8(s, sbload16(row, at + 2 * ROWS), _group8(row, o, h, half, q, 1, xq, i, b))
+            s = _scaled8(s, sbload16(row, at + 4 * ROWS), _group8(row, o, h, half, q, 2, xq, i, b))
+            s = _scaled8(s, sbload16(row, at + 6 * ROWS), _group8(row, o, h, half, q, 3, xq, i, b))
+    for j in range(8):
+        store16(scr, 64 * j, spair16(row, o + SC6 + 2 * j * ROWS + 16 * g, o + SC6 + (2 * j + 1) * ROWS + 16 * g))
+    for k in range(8):
+        m = izero16()
+        for j in range(8):
+            m = wdot16(m, wload16(scr, 64 * j), bs16[i + k], 16 * b + 2 * j)
+        _finish6(acc, 32 * (i + k) + 16 * g, s[k], m, row, o, g, xd[i + k, b])
+
+
+@inline
 def _one6(p, t, g, xq, xd, bs16, i, b, acc):
     """`_four6` for the single vector i."""
     row, o, h, x0, i0 = p[t], b * GB6, 64 * g, xq[i], izero16()
@@ -226,7 +277,7 @@ def _one6(p, t, g, xq, xd, bs16, i, b, acc):
 
 
 @inline
-def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp):
+def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr):
     """Task t's rows (Q4_K, Q5_K or Q6_K for `bits` 4, 5, 6) for every vector, super-block by super-block
     (each in L1 while every vector passes it), the task's stream from memory prefetched on the first pass."""
     n, six, five = xq.shape[0], bits == 6, bits == 5
@@ -235,7 +286,10 @@ def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp):
     for b in range(xd.shape[1]):
         stream_ahead(p[t], b * gb, gb, True)
         for g in range(2):
-            for i in range(0, n - n % 4, 4):
+            e8 = n - n % 8 if six else 0
+            for i in range(0, e8, 8):
+                _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr)
+            for i in range(e8, n - n % 4, 4):
                 if six:
                     _four6(p, t, g, xq, xd, bs16, i, b, acc)
                 else:
@@ -326,6 +380,7 @@ def _products(bits, p, rows, xq, xd, bs16, out, threads):
     for wk in prange(workers):
         acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
         tmp = np.empty(16, np.float32)  # [16] one ragged row group
+        scr = np.empty(8 * 64, np.uint8)  # [8, 16] Q6_K scale pairs of 16 rows, int16 each
         tiled = n >= TILED_FROM
         qt32 = np.empty(cols // 4 * ROWS if tiled else 0, np.uint32)  # [cols/4, 32] quant words
         sv = np.empty(cols // 16 * ROWS if tiled else 0, np.int32)  # [cols/16, 32] scales in row lanes
@@ -336,7 +391,7 @@ def _products(bits, p, rows, xq, xd, bs16, out, threads):
             if tiled:
                 _tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp)
             else:
-                _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp)
+                _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr)
 
 
 @exact

@@ -153,3 +153,37 @@ def hload16(typingctx, ary, off):
         vh = ir.VectorType(ir.HalfType(), 16)
         return builder.fpext(builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], vh), align=1), _V16F)
     return F32X16(ary, off), codegen
+
+
+@intrinsic
+def spair16(typingctx, ary, off0, off1):
+    """The int8 at ary[off0:off0+16] and ary[off1:off1+16] as 16 lanes of int16 pairs (the first in the low
+    half): 16 rows' scales of two sub-blocks, for `wdot16`."""
+    def codegen(context, builder, sig, args):
+        def sext(off):
+            v = builder.load(_ptr(context, builder, sig.args[0], args[0], off, ir.VectorType(_I8, 16)), align=1)
+            return builder.sext(v, _V16I)
+        low = builder.and_(sext(args[1]), ir.Constant(_V16I, [0xFFFF] * 16))
+        return builder.or_(low, builder.shl(sext(args[2]), ir.Constant(_V16I, [16] * 16)))
+    return I32X16(ary, off0, off1), codegen
+
+
+@intrinsic
+def wdot16(typingctx, acc, pairs, bs, idx):
+    """acc + vpdpwssd(pairs, bs[idx], bs[idx + 1] in every lane) for an int16 array bs: 16 rows' two
+    scales times two activation sums, exact in int32."""
+    def codegen(context, builder, sig, args):
+        v32 = ir.VectorType(ir.IntType(16), 32)
+        pair = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _I32), align=2)
+        x = builder.bitcast(_splat(builder, pair, _V16I), v32)
+        return _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I, [args[0], builder.bitcast(args[1], v32), x])
+    return I32X16(acc, pairs, bs, idx), codegen
+
+
+@intrinsic
+def dup16(typingctx, v):
+    """v | v << 16 lane-wise: a 16-bit value in both halves of its lane, so `wdot16` multiplies it by the
+    sum of two activation sums (a Q4_K min by Σxq of its 32 values)."""
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], builder.shl(args[0], ir.Constant(_V16I, [16] * 16)))
+    return I32X16(v), codegen
