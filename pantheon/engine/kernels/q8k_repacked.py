@@ -22,9 +22,9 @@ from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.q8k_lanes import pass1, pass4
 from pantheon.engine.kernels.repack import LAYOUTS, ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, hi16, hload16, imac16, imacs16,
-                                                lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d, spair16, vdot16,
-                                                wdot16, wload16)
+from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, hi16, hload16, imac16,
+                                                imacs16, lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d,
+                                                spair16, vdot16, wdot16, wload16)
 
 # Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K (Q5_K: its qh words at
 # QH5, then Q4_K's fields QH5_BYTES later), then Q6_K.
@@ -159,12 +159,19 @@ def _finish6(acc, at, isum, msum, row, o, g, xd):
 
 
 @inline
+def _pair6(row, o, g, j):
+    """The scales of per-16 groups 2j and 2j + 1 of rows 16g..16g+15 as int16 pairs, for `wdot16`."""
+    at = o + SC6 + 16 * g
+    return spair16(row, at + 2 * j * ROWS, at + (2 * j + 1) * ROWS)
+
+
+@inline
 def _mins6(row, o, g, bs16, i, b):
     """Σ_j scale_j · Σxq_j over the 16 per-16 groups of super-block b, vector i: 16 rows' lanes, two
     groups per vpdpwssd."""
-    m, at = izero16(), o + SC6 + 16 * g
+    m = izero16()
     for j in range(8):
-        m = wdot16(m, spair16(row, at + 2 * j * ROWS, at + (2 * j + 1) * ROWS), bs16[i], 16 * b + 2 * j)
+        m = wdot16(m, _pair6(row, o, g, j), bs16[i], 16 * b + 2 * j)
     return m
 
 
@@ -248,7 +255,7 @@ def _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr):
             s = _scaled8(s, sbload16(row, at + 4 * ROWS), _group8(row, o, h, half, q, 2, xq, i, b))
             s = _scaled8(s, sbload16(row, at + 6 * ROWS), _group8(row, o, h, half, q, 3, xq, i, b))
     for j in range(8):
-        store16(scr, 64 * j, spair16(row, o + SC6 + 2 * j * ROWS + 16 * g, o + SC6 + (2 * j + 1) * ROWS + 16 * g))
+        store16(scr, 64 * j, _pair6(row, o, g, j))  # built once, read by each of the eight
     for k in range(8):
         m = izero16()
         for j in range(8):
