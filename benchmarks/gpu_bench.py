@@ -50,23 +50,30 @@ def launch_cost(b):
 
 def engine_figures(b, mix, shape, prompt, steps, streams):
     model = make_model(b, mix, shape)
-    model.allocate(prompt + steps + 2, streams + 1)
+    model.allocate(prompt + 2 * steps + 4, streams + 1)
     rng = np.random.default_rng(1)
     toks = rng.integers(0, shape.n_vocab, prompt).tolist()
     pre = timed(b, lambda: model.forward([(model.new_cache(), toks)]), 2)
     cache = model.new_cache()
     model.forward([(cache, toks)])
-    before = b.launches
-    one = timed(b, lambda: model.forward([(cache, [7])]), steps)
-    launches = (b.launches - before) // (steps + 1)
+    eager, launches = decode_eager(b, model, cache, steps)
+    one = timed(b, lambda: model.forward([(cache, [7])]), steps)  # replays of the captured step
     caches = [model.new_cache() for _ in range(streams)]
     model.forward([(c, toks[:8]) for c in caches])
     many = timed(b, lambda: model.forward([(c, [7]) for c in caches]), steps)
-    per_token = decode_bytes(model)
     out = {"prefill_tok_s": prompt / pre, "decode_tok_s": 1 / one, f"decode_{streams}x_tok_s": streams / many,
-           "bytes_per_token": per_token, "launches_per_step": launches}
+           "decode_eager_tok_s": 1 / eager, "bytes_per_token": decode_bytes(model), "launches_per_step": launches}
     model.close()
     return out
+
+
+def decode_eager(b, model, cache, steps):
+    """(seconds per single-stream step launched kernel by kernel from Python, launches per step)."""
+    model.graphs = False
+    before = b.launches
+    eager = timed(b, lambda: model.forward([(cache, [7])]), steps)
+    model.graphs = True
+    return eager, (b.launches - before) // (steps + 1)
 
 
 def main():
@@ -77,18 +84,33 @@ def main():
     args = ap.parse_args()
     b = open_backend(0)
     shape, prompt, steps, streams = (SMALL, 9, 1, 2) if args.small else (Shape(), 512, 32, 8)
-    report = {"device": "simulator" if b.sim else "cuda0", "copy_bytes_s": copy_bandwidth(b, 1 << (12 if args.small else 31)),
+    copy = copy_bandwidth(b, 1 << (12 if args.small else 31))
+    report = {"device": "simulator" if b.sim else "cuda0", "copy_bytes_s": copy,
               "launch_s": launch_cost(b)}
     for mix in args.mixes.split(","):
         fig = engine_figures(b, mix, shape, prompt, steps, streams)
         fig["decode_roof_ratio"] = fig["decode_tok_s"] * fig["bytes_per_token"] / report["copy_bytes_s"]
-        fig["launch_share"] = fig["launches_per_step"] * report["launch_s"] * fig["decode_tok_s"]
+        # share of an eager step spent launching from Python: what the captured step (graph.py) removes
+        fig["launch_share"] = fig["launches_per_step"] * report["launch_s"] * fig["decode_eager_tok_s"]
+        fig["graph_speedup"] = fig["decode_tok_s"] / fig["decode_eager_tok_s"]
         report[mix] = fig
     if args.torch:
         from benchmarks.gpu_torch_ref import torch_figures
 
         report["torch_fp16"] = torch_figures(shape, prompt, steps)
+    print_table(report, args.mixes.split(","), streams)
     print(json.dumps(report))
+
+
+def print_table(report, mixes, streams):
+    """The figures a reader compares, one row per weight mix (the JSON line after it has them all)."""
+    copy, launch = report["copy_bytes_s"] / 1e9, report["launch_s"] * 1e6
+    print(f"{report['device']}: copy {copy:.1f} GB/s, one launch {launch:.1f} us; tokens/s below")
+    print(f"{'mix':8} {'prefill':>9} {'decode':>8} {'eager':>8} {f'{streams}x':>8} {'roof':>6} {'launches':>8}")
+    for mix in mixes:
+        f = report[mix]
+        print(f"{mix:8} {f['prefill_tok_s']:9.1f} {f['decode_tok_s']:8.1f} {f['decode_eager_tok_s']:8.1f} "
+              f"{f[f'decode_{streams}x_tok_s']:8.1f} {f['decode_roof_ratio']:6.3f} {f['launches_per_step']:8d}")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ class Backend:
         self.geometry = geometry or (SIM_GEOMETRY if self.sim else GPU_GEOMETRY)
         self._nb_stream = cuda.external_stream(stream.ptr) if stream is not None else 0
         self.launches = 0
+        self._tape = None  # while a step is captured: the simulator's list of launches (True on a GPU)
 
     def activate(self):
         """Make this device current for CuPy allocations (no-op in the simulator)."""
@@ -55,11 +56,60 @@ class Backend:
             self.cuda.select_device(self.ordinal)
 
     def launch(self, kernel, grid, block):
-        self.launches += 1  # counted so a benchmark can state launches per decode step
-        return kernel[grid, block, self._nb_stream] if not self.sim else kernel[grid, block]
+        """`kernel` configured for this device's stream; while the simulator captures, a recorder of the call."""
+        self.launches += 1  # Python-side launches: a benchmark states them per decode step
+        if not self.sim:
+            return kernel[grid, block, self._nb_stream]
+        configured = kernel[grid, block]
+        if self._tape is None:
+            return configured
+        return lambda *args: self._tape.append((configured, args))
+
+    def capture(self, body):
+        """Record the kernels body() launches, without running them; returns replay(), which runs them again
+        with the same arguments (so inputs go through arrays body() was given, not through scalars).
+
+        On a GPU this is a CUDA graph of this device's stream; in the simulator a tape of the configured
+        kernels. Either way body() must only launch: anything that allocates or copies is refused."""
+        if self.sim:
+            self._tape = tape = []
+            try:
+                body()
+            finally:
+                self._tape = None
+            return lambda: [kernel(*args) for kernel, args in tape]
+        self._tape = True
+        self.stream.begin_capture()
+        try:
+            body()
+        except BaseException:
+            self._abandon_capture()
+            raise
+        finally:
+            self._tape = None
+        graph = self.stream.end_capture()
+        return lambda: graph.launch(self.stream)
+
+    def _abandon_capture(self):
+        try:
+            self.stream.end_capture()
+        except Exception:  # the capture may already be invalidated: the body's error is the one to report
+            pass
+
+    def _not_capturing(self):
+        assert self._tape is None, "a captured step may only launch kernels (it allocated or copied)"
+
+    def write(self, dst, host):
+        """dst[...] = numpy `host` (same shape): a step's inputs into the arrays its capture reads."""
+        self._not_capturing()
+        if self.sim:
+            dst[...] = host
+            return
+        dst.set(np.ascontiguousarray(host, dtype=dst.dtype), stream=self.stream)
 
     def upload(self, host):
         """A device copy of the numpy array `host`."""
+        self._not_capturing()
         if self.sim:
             return np.array(host, copy=True)
         self.activate()
@@ -67,21 +117,34 @@ class Backend:
             return self.xp.asarray(host)
 
     def to_host(self, arr):
+        self._not_capturing()
         if self.sim:
-            return np.asarray(arr)
+            return np.array(arr)  # a copy, as from a device: the caller may keep it while arr is reused
         host = self.xp.asnumpy(arr, stream=self.stream)
         self.stream.synchronize()
         return host
 
     def take(self, arr):
         """`arr` from another device of this process, copied onto this one."""
+        self._not_capturing()
         if self.sim:
             return arr
         self.activate()
         with self.stream:
-            return self.xp.asarray(arr)
+            return arr.copy()  # CuPy copies onto the current device, wherever arr lives
+
+    def write_from(self, dst, src):
+        """dst[...] = src, a device array of this process, possibly on another device."""
+        if self.sim:
+            self._not_capturing()
+            dst[...] = src
+            return
+        copied = self.take(src)  # [same shape] on this device
+        with self.stream:
+            dst[...] = copied
 
     def empty(self, shape, dtype=np.float32):
+        self._not_capturing()
         if self.sim:
             return np.empty(shape, dtype)
         with self.stream:
@@ -89,6 +152,7 @@ class Backend:
 
     def copy_within(self, arr, dst, src):
         """arr[dst] = arr[src] on the device, queued behind this stream's kernels (index tuples)."""
+        self._not_capturing()
         if self.sim:
             arr[dst] = arr[src]
             return
@@ -97,6 +161,7 @@ class Backend:
             arr[dst] = arr[src]
 
     def zeros(self, shape, dtype=np.float32):
+        self._not_capturing()
         if self.sim:
             return np.zeros(shape, dtype)
         with self.stream:
@@ -104,6 +169,7 @@ class Backend:
 
     def matmul_t(self, a16, b16, out):
         """out float32 [n, m] = fp16(a16 [n, k] @ b16 [m, k].T), accumulated in fp32."""
+        self._not_capturing()
         if self.sim:
             out[...] = (a16.astype(np.float32) @ b16.astype(np.float32).T).astype(np.float16)  # [n, m]
         else:
@@ -112,6 +178,7 @@ class Backend:
 
     def half(self, x):
         """fp16 copy of float32 x (the activations of the tile path)."""
+        self._not_capturing()
         if self.sim:
             return x.astype(np.float16)  # [...]
         with self.stream:
@@ -158,4 +225,5 @@ def open_backend(ordinal):
         stream.use()  # CuPy's own operations (copies, indexing, cuBLAS) queue behind our kernels on this device
         return Backend(ordinal, cupy, cuda, stream=stream)
     except Exception as e:  # driver missing, ordinal out of range, no kernel image: the die is refused
-        raise UnsupportedDevice(f"cuda{ordinal}: the CUDA stack cannot use this device: {type(e).__name__}: {e}") from None
+        why = f"{type(e).__name__}: {e}"
+        raise UnsupportedDevice(f"cuda{ordinal}: the CUDA stack cannot use this device: {why}") from None

@@ -8,7 +8,9 @@ output norm and head with the last. Logits come back to the host as float32.
 import numpy as np
 
 from pantheon.engine.cuda.backend import open_backend
+from pantheon.engine.cuda.graph import DecodePlan
 from pantheon.engine.cuda.kvpool import DeviceCache, SlotPool, pool_bytes
+from pantheon.engine.cuda.matvec import MAX_BATCH
 from pantheon.engine.cuda.stage import upload_stage
 from pantheon.engine.cuda.upload import Uploader
 from pantheon.engine.model_weights import bind_weights
@@ -38,6 +40,8 @@ class GpuModel(ModelText):
         self.embd, self.output, self.output_norm = embd, output, output_norm
         self.load_log = [line for s in stages for line in s.log] + list(log)
         self.pool = None
+        self.graphs = True  # decode steps of up to MAX_BATCH sequences replay a capture (graph.py)
+        self.plans = {}  # n -> DecodePlan
 
     @classmethod
     def upload(cls, gguf, config, weights, backends, shares=None):
@@ -90,12 +94,20 @@ class GpuModel(ModelText):
         slot = np.concatenate([np.full(len(t), c.slot, np.int32) for c, t in segs])  # [N]
         ends = np.cumsum([len(t) for _, t in segs])  # [segments]
         rows = np.arange(len(ids)) if all_logits else ends - 1  # [rows]
-        out = self._run(ids, pos, slot, rows.astype(np.int32))  # [rows, n_vocab]
+        if self.graphs and not all_logits and len(ids) == len(segs) <= MAX_BATCH:
+            out = self._plan(len(ids)).run(ids, pos, slot)  # [n, n_vocab] a decode step
+        else:
+            out = self._run(ids, pos, slot, rows.astype(np.int32))  # [rows, n_vocab]
         for cache, toks in segs:
             cache.tokens.extend(int(t) for t in toks)
         if not all_logits:
             return [out[i:i + 1] for i in range(len(segs))]
         return np.split(out, ends[:-1])
+
+    def _plan(self, n):
+        if n not in self.plans:
+            self.plans[n] = DecodePlan(self, n)
+        return self.plans[n]
 
     def _run(self, ids, pos, slot, rows):
         first = self.stages[0]
@@ -117,7 +129,8 @@ class GpuModel(ModelText):
         sel = x[b.upload(rows)] if len(rows) != len(x) else x  # [rows, dim] (on the stream CuPy uses)
         h = b.empty(sel.shape)  # [rows, dim]
         last.ops.rms_norm(sel, self.output_norm, self.config.norm_eps, self.config.dim, h)
-        return b.to_host(last.matmul([self.output], h))  # [rows, n_vocab]
+        logits = b.empty((len(rows), self.output.rows))  # [rows, n_vocab]
+        return b.to_host(last.matmul([self.output], h, logits))
 
     def device_bytes(self):
         """Bytes this model holds per device ordinal: weights, KV pool and scratch."""
@@ -134,6 +147,7 @@ class GpuModel(ModelText):
 
     def close(self):
         """Drop every device array and return the pools' memory to the driver (unload)."""
+        self.plans = {}  # their graphs hold pointers into the arrays dropped below
         for s in self.stages:
             s.release()
         self.embd = self.output = self.output_norm = None

@@ -6,6 +6,7 @@ from pantheon.engine.cuda.kvpool import stage_arrays
 from pantheon.engine.cuda.matvec import MAX_BATCH
 from pantheon.engine.cuda.ops import Ops
 from pantheon.engine.cuda.upload import Uploader, block_matrices
+from pantheon.engine.cuda.workspace import Workspace
 
 
 def upload_stage(backend, cfg, weights, first, last):
@@ -47,11 +48,9 @@ class Stage:
         self.blocks, self.mats = [], []
         self.kcache = self.vcache = self.scratch = self.inv_freq = None
 
-    def matmul(self, mats, h, h16=None):
-        """float32 [n, Σ rows] = h [n, cols] times each of `mats`, their outputs side by side."""
-        n = h.shape[0]
-        out = self.backend.empty((n, sum(m.rows for m in mats)))  # [n, Σ rows]
-        c0 = 0
+    def matmul(self, mats, h, out):
+        """out float32 [n, Σ rows] = h [n, cols] times each of `mats`, their outputs side by side."""
+        n, c0, h16 = h.shape[0], 0, None
         for m in mats:
             if n <= MAX_BATCH:
                 self.ops.matvec(m, h, out, c0)
@@ -61,24 +60,33 @@ class Stage:
             c0 += m.rows
         return out
 
-    def forward(self, x, slot, pos):
+    def workspace(self, n):
+        return Workspace(self.backend, self.cfg, self.blocks, n)
+
+    def forward(self, x, slot, pos, work=None):
         """Run the stage's layers over x float32 [n, dim] in place; slot, pos int32 [n] on this device."""
         self.backend.activate()
-        h = self.backend.empty(x.shape)  # [n, dim]
-        for li, blk in enumerate(self.blocks):
-            self.ops.rms_norm(x, blk.attn_norm, self.cfg.norm_eps, self.cfg.dim, h)
-            self.ops.add(x, self.matmul([blk.wo], self._attention(li, blk, h, slot, pos)))
-            self.ops.rms_norm(x, blk.ffn_norm, self.cfg.norm_eps, self.cfg.dim, h)
-            if blk.router is not None:
-                self._moe(blk, h, x)
-            else:
-                self.ops.add(x, self._ffn(blk, h))
+        self.layers(x, slot, pos, work or self.workspace(len(x)))
         return x
 
-    def _attention(self, li, blk, h, slot, pos):
-        c, ops = self.cfg, self.ops
+    def layers(self, x, slot, pos, w):
+        """The layers' kernels over x in place, every intermediate in Workspace w: launches only (capturable)."""
+        eps, dim = self.cfg.norm_eps, self.cfg.dim
+        for li, blk in enumerate(self.blocks):
+            self.ops.rms_norm(x, blk.attn_norm, eps, dim, w.h)
+            self._attention(li, blk, slot, pos, w)
+            self.ops.add(x, self.matmul([blk.wo], w.att, w.proj))
+            self.ops.rms_norm(x, blk.ffn_norm, eps, dim, w.h)
+            if blk.router is not None:
+                self._moe(blk, w, x)
+            else:
+                self.ops.add(x, self._ffn(blk, w))
+
+    def _attention(self, li, blk, slot, pos, w):
+        """w.att [n, H*hd] = attention of the rows' queries over their sequences, after storing their keys/values."""
+        c, ops, qkv = self.cfg, self.ops, w.qkv
         qd, kd = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
-        qkv = self.matmul(blk.qkv, h)  # [n, qd + 2kd]
+        self.matmul(blk.qkv, w.h, qkv)  # [n, qd + 2kd]
         if blk.bqkv is not None:
             ops.add_bias(qkv, blk.bqkv)
         if blk.q_norm is not None:  # per-head norms of q (columns [0, qd)) and k ([qd, qd+kd))
@@ -87,29 +95,19 @@ class Stage:
         ops.rope(qkv, 0, c.n_head, c.head_dim, c.n_rot, c.neox_rope, pos, self.inv_freq)
         ops.rope(qkv, qd, c.n_head_kv, c.head_dim, c.n_rot, c.neox_rope, pos, self.inv_freq)
         ops.kv_write(qkv, qd, self.kcache, self.vcache, li, slot, pos)
-        out = self.backend.empty((len(qkv), qd))  # [n, H*hd]
-        ops.attention(qkv, c.n_head, self.kcache, self.vcache, li, slot, pos, out)
-        return out
+        ops.attention(qkv, c.n_head, self.kcache, self.vcache, li, slot, pos, w.att)
 
-    def _ffn(self, blk, h):
-        gu = self.matmul(blk.gate_up, h)  # [n, 2ff]
-        act = self.backend.empty((len(h), gu.shape[1] // 2))  # [n, ff]
-        self.ops.silu_mul(gu, act)
-        return self.matmul([blk.down], act)  # [n, dim]
+    def _ffn(self, blk, w):
+        self.matmul(blk.gate_up, w.h, w.gu)  # [n, 2ff]
+        self.ops.silu_mul(w.gu, w.act)  # [n, ff]
+        return self.matmul([blk.down], w.act, w.proj)  # [n, dim]
 
-    def _moe(self, blk, h, x):
-        """x += Σ over each row's top-k experts of weight * expert FFN(h), routed on the device."""
-        n, k, b = len(h), self.cfg.n_expert_used, self.backend
-        logits = self.matmul([blk.router], h)  # [n, E]
-        ids, weights = b.empty((n, k), np.int32), b.empty((n, k))  # [n, k] each
-        self.ops.route_topk(logits, ids, weights)
-        sel = ids.reshape(n * k)  # [n*k] expert of each (token, slot) pair
-        ff = blk.gate_exps.rows
-        gu = b.empty((n * k, 2 * ff))  # [n*k, 2ff]
-        self.ops.matvec_sel(blk.gate_exps, sel, k, h, gu, 0)
-        self.ops.matvec_sel(blk.up_exps, sel, k, h, gu, ff)
-        act = b.empty((n * k, ff))  # [n*k, ff]
-        self.ops.silu_mul(gu, act)
-        y = b.empty((n * k, self.cfg.dim))  # [n*k, dim]
-        self.ops.matvec_sel(blk.down_exps, sel, 1, act, y)
-        self.ops.moe_combine(x, y, weights)
+    def _moe(self, blk, w, x):
+        """x += Σ over each row's top-k experts of weight * expert FFN(w.h), routed on the device."""
+        k, ff = self.cfg.n_expert_used, blk.gate_exps.rows
+        self.ops.route_topk(self.matmul([blk.router], w.h, w.route), w.ids, w.weights)
+        self.ops.matvec_sel(blk.gate_exps, w.sel, k, w.h, w.egu, 0)
+        self.ops.matvec_sel(blk.up_exps, w.sel, k, w.h, w.egu, ff)
+        self.ops.silu_mul(w.egu, w.eact)
+        self.ops.matvec_sel(blk.down_exps, w.sel, 1, w.eact, w.ey)
+        self.ops.moe_combine(x, w.ey, w.weights)

@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
-from safetensors.numpy import save_file
 
 DIM, HEADS, KV_HEADS, FF, LAYERS = 64, 4, 2, 96, 2
 EXPERTS, USED, FF_EXPERT = 4, 2, 64
@@ -151,6 +150,7 @@ def to_dtype(a, dtype):
 
 def _save(weights, path, dtype, shards):
     """Write safetensors (BF16 via a header rewrite, since numpy has no bfloat16), sharded when shards > 1."""
+    from safetensors.numpy import save_file  # here: make_gguf's users (the GPU device run) lack safetensors
     names = sorted(weights)
     groups = [names[i::shards] for i in range(shards)]
     files = [path / (f"model-{i + 1:05d}-of-{shards:05d}.safetensors" if shards > 1 else "model.safetensors")
@@ -186,6 +186,13 @@ def make_hf(path, model_type, dtype="F32", shards=1, seed=0):
     _save(weights, path, dtype, shards)
     stored = {n: _as_f32(to_dtype(a, dtype), dtype) for n, a in weights.items()}
     return path, cfg, stored
+
+
+def make_gguf(path, model_type, n_vocab=256, seed=0):
+    """A tiny `model_type` GGUF at `path` without a tokenizer (engine tests; needs neither tokenizers nor
+    safetensors, so it also runs on a bare GPU machine)."""
+    cfg = _config(model_type, n_vocab)
+    return write_gguf(path, cfg, hf_weights(cfg, np.random.default_rng(seed)))
 
 
 def _as_f32(a, dtype):

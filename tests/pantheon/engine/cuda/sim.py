@@ -18,6 +18,18 @@ def backend(geometry=None):
     return b
 
 
+def need_devices(n):
+    """Skip unless `n` CUDA ordinals can be opened (the simulator has any number; an H200 machine may have one)."""
+    from pantheon.engine.cuda.backend import simulated
+
+    if simulated():
+        return
+    import cupy
+
+    if cupy.cuda.runtime.getDeviceCount() < n:
+        pytest.skip(f"needs {n} CUDA devices")
+
+
 def golden_matrix(path, qtype):
     """The first 2-D tensor of `qtype` in the GGUF at `path`, as a Weight, or skip."""
     from pantheon.engine.weights import Weight

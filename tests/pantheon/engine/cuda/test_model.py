@@ -7,6 +7,7 @@ from pantheon.engine.cuda.kvpool import DeviceCache, SlotPool
 from pantheon.engine.cuda.model import GpuModel, split_layers
 from pantheon.errors import ContextOverflow, EngineError
 from tests.conftest import shared_path
+from tests.pantheon.engine.cuda.sim import need_devices
 
 
 @pytest.mark.parametrize("n,shares,want", [
@@ -40,6 +41,7 @@ def test_cache_prefix_reuse_and_context_limit():
 
 def test_a_model_split_over_two_devices_computes_what_one_device_does():
     """Two stages (two ordinals; in the simulator the same CPU) give the same logits as one stage."""
+    need_devices(2)
     from pantheon.engine.cuda.backend import open_backend
     from pantheon.engine.model_weights import bind_weights
     from pantheon.gguf.config import config_from_metadata
