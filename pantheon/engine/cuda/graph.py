@@ -92,4 +92,4 @@ class DecodePlan:
         s.layers(part.x, part.slot, part.pos, part.work)
         if k == len(self.parts) - 1:
             s.ops.rms_norm(part.x, m.output_norm, m.config.norm_eps, m.config.dim, self.normed)
-            s.matmul([m.output], self.normed, self.logits)
+            s.matmul([m.output], self.normed, self.logits, part.work.xt)

@@ -3,7 +3,9 @@
 Geometry of the matrix-vector kernels: a thread block of (lanes, rows) threads; the `lanes` threads
 of one row stride over its 32-value units (adjacent lanes read adjacent blocks, so a warp's loads
 coalesce), dequantize a unit into registers once and dot it with every activation vector, then
-reduce across lanes in shared memory. `lanes` is a power of two up to 32; blockDim.x * blockDim.y
+reduce across lanes in shared memory. Activations come unit-major (`unit_major`: value l of unit u
+of vector i at xt[i, l, u]) so that the lanes' reads of value l of their units are adjacent floats,
+one cache line per warp, where the row-major x would put them 128 bytes apart (32 lines per warp). `lanes` is a power of two up to 32; blockDim.x * blockDim.y
 is at most MAX_THREADS. Row loops step by whole thread blocks, so every thread reaches every barrier.
 """
 
@@ -31,13 +33,24 @@ def _lane_reduce(part, tid, lane, lanes, n):
 
 
 @cuda.jit
-def qmv(raw, qtype, x, out, c0):
-    """out[i, c0 + r] = dot(dequant(raw[0, r]), x[i]) for raw uint8 [1, rows, row_bytes], x float32 [n <= 8, cols]."""
+def unit_major(x, xt):
+    """xt[i, l, u] = x[i, 32u + l] for x float32 [n, cols], xt float32 [n, 32, cols / 32]."""
+    units = xt.shape[2]
+    cols = units * UNIT
+    for t in range(cuda.grid(1), x.shape[0] * cols, cuda.gridsize(1)):
+        i, c = t // cols, t % cols
+        xt[i, c % UNIT, c // UNIT] = x[i, c]
+
+
+@cuda.jit
+def qmv(raw, qtype, xt, out, c0):
+    """out[i, c0 + r] = dot(dequant(raw[0, r]), x[i]) for raw uint8 [1, rows, row_bytes], x [n <= 8, cols] given
+    unit-major as xt float32 [n, 32, cols / 32]."""
     lane, lanes = cuda.threadIdx.x, cuda.blockDim.x
     tid = cuda.threadIdx.y * lanes + lane
     part = cuda.shared.array((MAX_THREADS, MAX_BATCH), np.float32)  # [threads, batch]
     w = cuda.local.array(UNIT, np.float32)  # [32] one dequantized unit
-    rows, n, units = raw.shape[1], x.shape[0], x.shape[1] // UNIT
+    rows, n, units = raw.shape[1], xt.shape[0], xt.shape[2]
     for r0 in range(cuda.blockIdx.x * cuda.blockDim.y, rows, cuda.gridDim.x * cuda.blockDim.y):
         r = r0 + cuda.threadIdx.y
         for i in range(n):
@@ -48,7 +61,7 @@ def qmv(raw, qtype, x, out, c0):
                 for i in range(n):
                     acc = np.float32(0.0)
                     for l in range(UNIT):
-                        acc += w[l] * x[i, u * UNIT + l]
+                        acc += w[l] * xt[i, l, u]
                     part[tid, i] += acc
         if lanes > 1:
             _lane_reduce(part, tid, lane, lanes, n)
@@ -58,15 +71,16 @@ def qmv(raw, qtype, x, out, c0):
 
 
 @cuda.jit
-def qmv_sel(raw, qtype, sel, xdiv, x, out, c0):
+def qmv_sel(raw, qtype, sel, xdiv, xt, out, c0):
     """out[m, c0 + r] = dot(dequant(raw[sel[m], r]), x[m // xdiv]): one expert per (token, slot) pair m.
 
-    raw uint8 [experts, rows, row_bytes], sel int32 [M], x float32 [M / xdiv, cols], out float32 [M, >= c0 + rows]."""
+    raw uint8 [experts, rows, row_bytes], sel int32 [M], x [M / xdiv, cols] given unit-major as
+    xt float32 [M / xdiv, 32, cols / 32], out float32 [M, >= c0 + rows]."""
     lane, lanes = cuda.threadIdx.x, cuda.blockDim.x
     tid = cuda.threadIdx.y * lanes + lane
     part = cuda.shared.array((MAX_THREADS, 1), np.float32)  # [threads, 1]
     w = cuda.local.array(UNIT, np.float32)  # [32]
-    m_count, rows, units = out.shape[0], raw.shape[1], x.shape[1] // UNIT
+    m_count, rows, units = out.shape[0], raw.shape[1], xt.shape[2]
     per_m = (rows + cuda.blockDim.y - 1) // cuda.blockDim.y
     for t0 in range(cuda.blockIdx.x, m_count * per_m, cuda.gridDim.x):
         m, r = t0 // per_m, (t0 % per_m) * cuda.blockDim.y + cuda.threadIdx.y
@@ -77,7 +91,7 @@ def qmv_sel(raw, qtype, sel, xdiv, x, out, c0):
                 unit(raw, e, r, u, qtype, w)
                 acc = np.float32(0.0)
                 for l in range(UNIT):
-                    acc += w[l] * x[xi, u * UNIT + l]
+                    acc += w[l] * xt[xi, l, u]
                 part[tid, 0] += acc
         if lanes > 1:
             _lane_reduce(part, tid, lane, lanes, 1)

@@ -22,16 +22,27 @@ class Ops:
     def _blocks(self, kernel, n, threads):
         return self.b.launch(kernel, self.g.grid(n, 1), threads)
 
-    def matvec(self, mat, x, out, c0=0):
-        """out[:, c0:c0+rows] float32 = x [n <= 8, cols] @ dequant(mat).T, straight from the raw blocks."""
-        g = self.g
-        self.b.launch(matvec.qmv, g.grid(mat.rows, g.rows), (g.lanes, g.rows))(mat.raw, mat.qtype, x, out, c0)
+    def unit_major(self, x, buf=None):
+        """x float32 [n, cols] laid out as the matrix-vector kernels read it: [n, 32, cols / 32], in `buf`
+        (a flat float32 array of at least x.size; allocated when None)."""
+        n, cols = x.shape
+        buf = self.b.empty((x.size,)) if buf is None else buf
+        xt = buf[: x.size].reshape(n, UNIT, cols // UNIT)  # [n, 32, units] a view of buf
+        self._items(matvec.unit_major, x.size)(x, xt)
+        return xt
 
-    def matvec_sel(self, mat, sel, xdiv, x, out, c0=0):
-        """out[:, c0:c0+rows]: row m is x[m // xdiv] times expert sel[m] of `mat` (mixture of experts)."""
+    def matvec(self, mat, xt, out, c0=0):
+        """out[:, c0:c0+rows] float32 = x [n <= 8, cols] @ dequant(mat).T, straight from the raw blocks;
+        x given unit-major (unit_major)."""
+        g = self.g
+        self.b.launch(matvec.qmv, g.grid(mat.rows, g.rows), (g.lanes, g.rows))(mat.raw, mat.qtype, xt, out, c0)
+
+    def matvec_sel(self, mat, sel, xdiv, xt, out, c0=0):
+        """out[:, c0:c0+rows]: row m is x[m // xdiv] times expert sel[m] of `mat` (mixture of experts);
+        x given unit-major (unit_major)."""
         g = self.g
         work = out.shape[0] * -(-mat.rows // g.rows)
-        self.b.launch(matvec.qmv_sel, g.grid(work, 1), (g.lanes, g.rows))(mat.raw, mat.qtype, sel, xdiv, x, out, c0)
+        self.b.launch(matvec.qmv_sel, g.grid(work, 1), (g.lanes, g.rows))(mat.raw, mat.qtype, sel, xdiv, xt, out, c0)
 
     def tile_matmul(self, mat, x16, out, scratch, c0=0):
         """out[:, c0:c0+rows] float32 = x16 [n, cols] @ dequant(mat).T through fp16 tiles and the backend's GEMM."""

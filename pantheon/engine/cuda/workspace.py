@@ -21,14 +21,18 @@ class Workspace:
         self.proj = e((n, cfg.dim))  # [n, dim] wo's output, then the FFN's, before each residual add
         gu = max((sum(m.rows for m in b.gate_up) for b in blocks if b.router is None), default=0)
         self.gu, self.act = e((n, gu)), e((n, gu // 2))  # [n, 2ff], [n, ff]
+        widest = n * max(cfg.dim, qd, gu // 2)
         moe = [b for b in blocks if b.router is not None]
         if moe:
-            self._experts(e, cfg, moe, n)
+            widest = max(widest, self._experts(e, cfg, moe, n))
+        self.xt = e((widest,))  # [widest] a matrix-vector input laid out unit-major (Ops.unit_major), reused
 
     def _experts(self, e, cfg, blocks, n):
+        """The routing and expert arrays; returns the largest matrix-vector input they add."""
         k, n_exp, ff = cfg.n_expert_used, blocks[0].router.rows, blocks[0].gate_exps.rows  # alike in every block
         self.route = e((n, n_exp))  # [n, E] router logits
         self.ids, self.weights = e((n, k), np.int32), e((n, k))  # [n, k] each
         self.sel = self.ids.reshape(n * k)  # [n*k] expert of each (token, slot) pair: a view of ids
         self.egu, self.eact = e((n * k, 2 * ff)), e((n * k, ff))  # [n*k, 2ff], [n*k, ff]
         self.ey = e((n * k, cfg.dim))  # [n*k, dim] each pair's expert output
+        return n * k * ff  # the experts' down projection reads eact: its unit-major size

@@ -41,7 +41,8 @@ def test_matvec_on_raw_blocks_matches_dequantized_product(name, qtype, geometry)
     b = backend(geometry)
     x = np.random.default_rng(qtype).standard_normal((3, w.cols)).astype(np.float32)  # [3, cols]
     out = b.zeros((3, ROWS + 2))  # [3, 2 + rows]: written at column offset 2
-    Ops(b).matvec(Uploader(b).matrix(w), b.upload(x), out, 2)
+    ops = Ops(b)
+    ops.matvec(Uploader(b).matrix(w), ops.unit_major(b.upload(x)), out, 2)
     want = x @ dequantize_rows(w, np.arange(ROWS)).T  # [3, rows]
     got = b.to_host(out)
     np.testing.assert_allclose(got[:, 2:], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
@@ -76,8 +77,18 @@ def test_expert_selected_matvec():
     sel = np.array([3, 0, 7, 3], np.int32)  # expert of each (token, slot) pair; two slots per token
     x = np.random.default_rng(2).standard_normal((2, mat.cols)).astype(np.float32)  # [2 tokens, cols]
     out = b.empty((4, mat.rows))  # [4 pairs, rows]
-    Ops(b).matvec_sel(mat, b.upload(sel), 2, b.upload(x), out)
+    ops = Ops(b)
+    ops.matvec_sel(mat, b.upload(sel), 2, ops.unit_major(b.upload(x), b.empty((x.size + 3,))), out)
     got = b.to_host(out)
     for m, e in enumerate(sel):
         want = dequantize_rows(experts.up[e], np.arange(mat.rows)) @ x[m // 2]  # [rows]
         np.testing.assert_allclose(got[m], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("geometry", [None, WIDE], ids=["one-thread", "wide"])
+def test_unit_major_layout(geometry):
+    """Value l of unit u of row i at [i, l, u]: the order the lanes of a warp read."""
+    b = backend(geometry)
+    x = np.arange(3 * 96, dtype=np.float32).reshape(3, 96)  # [3, 96]
+    got = b.to_host(Ops(b).unit_major(b.upload(x)))  # [3, 32, 3]
+    np.testing.assert_array_equal(got, x.reshape(3, 3, 32).transpose(0, 2, 1))
