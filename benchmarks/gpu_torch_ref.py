@@ -14,7 +14,7 @@ def _fp16(b, torch, mat):
     """The fp16 matrix [rows, cols] of a DeviceMatrix, as a torch tensor on the device."""
     out = b.empty((mat.rows, mat.cols), np.float16)  # [rows, cols]
     n = mat.rows * (mat.cols // 32)
-    b.launch(matvec.dequant_tile, b.geometry.grid(n, 256), 256)(mat.raw, mat.qtype, 0, out)
+    b.launch(matvec.dequant_tile, b.geometry.grid(n, 256), 256)(mat.words, mat.qtype, 0, out)
     b.synchronize()
     return torch.from_dlpack(out)
 

@@ -5,8 +5,9 @@ of one row stride over its 32-value units (adjacent lanes read adjacent blocks, 
 coalesce), dequantize a unit into registers once and dot it with every activation vector, then
 reduce across lanes in shared memory. Activations come unit-major (`unit_major`: value l of unit u
 of vector i at xt[i, l, u]) so that the lanes' reads of value l of their units are adjacent floats,
-one cache line per warp, where the row-major x would put them 128 bytes apart (32 lines per warp). `lanes` is a power of two up to 32; blockDim.x * blockDim.y
-is at most MAX_THREADS. Row loops step by whole thread blocks, so every thread reaches every barrier.
+one cache line per warp, where the row-major x would put them 128 bytes apart (32 lines per warp).
+Weights are read as uint16 words (blocks.py). `lanes` is a power of two up to 32; blockDim.x *
+blockDim.y is at most MAX_THREADS. Row loops step by whole thread blocks, so every thread reaches every barrier.
 """
 
 import numpy as np
@@ -44,8 +45,8 @@ def unit_major(x, xt):
 
 @cuda.jit
 def qmv(raw, qtype, xt, out, c0):
-    """out[i, c0 + r] = dot(dequant(raw[0, r]), x[i]) for raw uint8 [1, rows, row_bytes], x [n <= 8, cols] given
-    unit-major as xt float32 [n, 32, cols / 32]."""
+    """out[i, c0 + r] = dot(dequant(raw[0, r]), x[i]) for raw uint16 words [1, rows, row_bytes / 2] and
+    x [n <= 8, cols] given unit-major as xt float32 [n, 32, cols / 32]."""
     lane, lanes = cuda.threadIdx.x, cuda.blockDim.x
     tid = cuda.threadIdx.y * lanes + lane
     part = cuda.shared.array((MAX_THREADS, MAX_BATCH), np.float32)  # [threads, batch]
@@ -74,7 +75,7 @@ def qmv(raw, qtype, xt, out, c0):
 def qmv_sel(raw, qtype, sel, xdiv, xt, out, c0):
     """out[m, c0 + r] = dot(dequant(raw[sel[m], r]), x[m // xdiv]): one expert per (token, slot) pair m.
 
-    raw uint8 [experts, rows, row_bytes], sel int32 [M], x [M / xdiv, cols] given unit-major as
+    raw uint16 words [experts, rows, row_bytes / 2], sel int32 [M], x [M / xdiv, cols] given unit-major as
     xt float32 [M / xdiv, 32, cols / 32], out float32 [M, >= c0 + rows]."""
     lane, lanes = cuda.threadIdx.x, cuda.blockDim.x
     tid = cuda.threadIdx.y * lanes + lane

@@ -35,14 +35,14 @@ class Ops:
         """out[:, c0:c0+rows] float32 = x [n <= 8, cols] @ dequant(mat).T, straight from the raw blocks;
         x given unit-major (unit_major)."""
         g = self.g
-        self.b.launch(matvec.qmv, g.grid(mat.rows, g.rows), (g.lanes, g.rows))(mat.raw, mat.qtype, xt, out, c0)
+        self.b.launch(matvec.qmv, g.grid(mat.rows, g.rows), (g.lanes, g.rows))(mat.words, mat.qtype, xt, out, c0)
 
     def matvec_sel(self, mat, sel, xdiv, xt, out, c0=0):
         """out[:, c0:c0+rows]: row m is x[m // xdiv] times expert sel[m] of `mat` (mixture of experts);
         x given unit-major (unit_major)."""
         g = self.g
         work = out.shape[0] * -(-mat.rows // g.rows)
-        self.b.launch(matvec.qmv_sel, g.grid(work, 1), (g.lanes, g.rows))(mat.raw, mat.qtype, sel, xdiv, xt, out, c0)
+        self.b.launch(matvec.qmv_sel, g.grid(work, 1), (g.lanes, g.rows))(mat.words, mat.qtype, sel, xdiv, xt, out, c0)
 
     def tile_matmul(self, mat, x16, out, scratch, c0=0):
         """out[:, c0:c0+rows] float32 = x16 [n, cols] @ dequant(mat).T through fp16 tiles and the backend's GEMM."""
@@ -50,7 +50,7 @@ class Ops:
         for r0 in range(0, mat.rows, step):
             r1 = min(mat.rows, r0 + step)
             tile = scratch[: (r1 - r0) * mat.cols].reshape(r1 - r0, mat.cols)  # [r1-r0, cols] fp16, contiguous
-            self._items(matvec.dequant_tile, (r1 - r0) * (mat.cols // UNIT))(mat.raw, mat.qtype, r0, tile)
+            self._items(matvec.dequant_tile, (r1 - r0) * (mat.cols // UNIT))(mat.words, mat.qtype, r0, tile)
             self.b.matmul_t(x16, tile, out[:, c0 + r0:c0 + r1])
 
     def scratch_for(self, mats):
@@ -60,7 +60,7 @@ class Ops:
         return self.b.empty((need,), np.float16)  # [tile elements]
 
     def embed(self, mat, ids, out):
-        self._items(matvec.embed, out.shape[0] * (out.shape[1] // UNIT))(mat.raw, mat.qtype, ids, out)
+        self._items(matvec.embed, out.shape[0] * (out.shape[1] // UNIT))(mat.words, mat.qtype, ids, out)
 
     def rms_norm(self, x, weight, eps, group, out, c0=0, width=None):
         """Columns [c0, c0+width) of x (all by default) normalised in groups of `group` into out."""

@@ -31,6 +31,11 @@ class DeviceMatrix:
     def nbytes(self):
         return int(self.raw.nbytes)
 
+    @property
+    def words(self):
+        """raw as little-endian uint16 [experts, rows, row_bytes / 2]: what the kernels read (a view)."""
+        return self.raw.view(np.uint16)
+
 
 @dataclass(frozen=True, eq=False)
 class DeviceBlock:

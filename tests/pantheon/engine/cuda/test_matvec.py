@@ -29,7 +29,7 @@ def test_tile_dequantization_matches_the_cpu_kernels(name, qtype):
     b = backend()
     mat = Uploader(b).matrix(w)
     tile = b.empty((ROWS, w.cols), np.float16)  # [rows, cols]
-    b.launch(matvec.dequant_tile, 1, 1)(mat.raw, mat.qtype, 0, tile)
+    b.launch(matvec.dequant_tile, 1, 1)(mat.words, mat.qtype, 0, tile)
     want = dequantize_rows(w, np.arange(ROWS)).astype(np.float16)  # [rows, cols]
     np.testing.assert_array_equal(b.to_host(tile), want)
 
