@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from pantheon.engine.cuda.matvec import MAX_BATCH
+
 
 class Workspace:
     """Every array a stage's layers write besides the residual stream x, for `n` rows.
@@ -21,10 +23,10 @@ class Workspace:
         self.proj = e((n, cfg.dim))  # [n, dim] wo's output, then the FFN's, before each residual add
         gu = max((sum(m.rows for m in b.gate_up) for b in blocks if b.router is None), default=0)
         self.gu, self.act = e((n, gu)), e((n, gu // 2))  # [n, 2ff], [n, ff]
-        widest = n * max(cfg.dim, qd, gu // 2)
+        widest = n * max(cfg.dim, qd, gu // 2) if n <= MAX_BATCH else 0  # longer inputs take the tile path
         moe = [b for b in blocks if b.router is not None]
-        if moe:
-            widest = max(widest, self._experts(e, cfg, moe, n))
+        if moe:  # experts run matrix-vector kernels at every n
+            widest = max(widest, n * cfg.dim, self._experts(e, cfg, moe, n))
         self.xt = e((widest,))  # [widest] a matrix-vector input laid out unit-major (Ops.unit_major), reused
 
     def _experts(self, e, cfg, blocks, n):
