@@ -91,5 +91,4 @@ class DecodePlan:
             s.ops.embed(m.embd, self.ids, part.x)
         s.layers(part.x, part.slot, part.pos, part.work)
         if k == len(self.parts) - 1:
-            s.ops.rms_norm(part.x, m.output_norm, m.config.norm_eps, m.config.dim, self.normed)
-            s.matmul([m.output], self.normed, self.logits, part.work.xt)
+            m.head(s, part.x, self.normed, self.logits, part.work.xt)

@@ -127,10 +127,14 @@ class GpuModel(ModelText):
         b = last.backend
         b.activate()
         sel = x[b.upload(rows)] if len(rows) != len(x) else x  # [rows, dim] (on the stream CuPy uses)
-        h = b.empty(sel.shape)  # [rows, dim]
-        last.ops.rms_norm(sel, self.output_norm, self.config.norm_eps, self.config.dim, h)
         logits = b.empty((len(rows), self.output.rows))  # [rows, n_vocab]
-        return b.to_host(last.matmul([self.output], h, logits))
+        return b.to_host(self.head(last, sel, b.empty(sel.shape), logits))
+
+    def head(self, last, x, h, logits, buf=None):
+        """logits float32 [n, n_vocab] = output(rms_norm(x)) on the last stage, h [n, dim] the normed rows
+        (launches only: the captured decode step ends with it too)."""
+        last.ops.rms_norm(x, self.output_norm, self.config.norm_eps, self.config.dim, h)
+        return last.matmul([self.output], h, logits, buf)
 
     def device_bytes(self):
         """Bytes this model holds per device ordinal: weights, KV pool and scratch."""
