@@ -50,21 +50,29 @@ def launch_cost(b):
 
 def engine_figures(b, mix, shape, prompt, steps, streams):
     model = make_model(b, mix, shape)
-    model.allocate(prompt + 2 * steps + 4, streams + 1)
+    model.allocate(prompt + 3 * steps + 8, streams + 1)
     rng = np.random.default_rng(1)
     toks = rng.integers(0, shape.n_vocab, prompt).tolist()
     pre = timed(b, lambda: model.forward([(model.new_cache(), toks)]), 2)
     cache = model.new_cache()
     model.forward([(cache, toks)])
     eager, launches = decode_eager(b, model, cache, steps)
-    one = timed(b, lambda: model.forward([(cache, [7])]), steps)  # replays of the captured step
     caches = [model.new_cache() for _ in range(streams)]
     model.forward([(c, toks[:8]) for c in caches])
-    many = timed(b, lambda: model.forward([(c, [7]) for c in caches]), steps)
-    out = {"prefill_tok_s": prompt / pre, "decode_tok_s": 1 / one, f"decode_{streams}x_tok_s": streams / many,
-           "decode_eager_tok_s": 1 / eager, "bytes_per_token": decode_bytes(model), "launches_per_step": launches}
+    out = {"prefill_tok_s": prompt / pre, "decode_eager_tok_s": 1 / eager, "bytes_per_token": decode_bytes(model),
+           "launches_per_step": launches}
+    for int8, tag in ((False, "f32act_"), (True, "")):  # the two decode kernels (matvec.py, matvec8.py)
+        model.int8 = int8
+        one, many = decode_rates(b, model, cache, caches, steps)
+        out[f"decode_{tag}tok_s"], out[f"decode_{tag}{streams}x_tok_s"] = 1 / one, streams / many
     model.close()
     return out
+
+
+def decode_rates(b, model, cache, caches, steps):
+    """Seconds per replayed decode step (graph.py) of one stream and of all `caches` together."""
+    one = timed(b, lambda: model.forward([(cache, [7])]), steps)
+    return one, timed(b, lambda: model.forward([(c, [7]) for c in caches]), steps)
 
 
 def decode_eager(b, model, cache, steps):
@@ -88,12 +96,7 @@ def main():
     report = {"device": "simulator" if b.sim else "cuda0", "copy_bytes_s": copy,
               "launch_s": launch_cost(b)}
     for mix in args.mixes.split(","):
-        fig = engine_figures(b, mix, shape, prompt, steps, streams)
-        fig["decode_roof_ratio"] = fig["decode_tok_s"] * fig["bytes_per_token"] / report["copy_bytes_s"]
-        # share of an eager step spent launching from Python: what the captured step (graph.py) removes
-        fig["launch_share"] = fig["launches_per_step"] * report["launch_s"] * fig["decode_eager_tok_s"]
-        fig["graph_speedup"] = fig["decode_tok_s"] / fig["decode_eager_tok_s"]
-        report[mix] = fig
+        report[mix] = with_ratios(engine_figures(b, mix, shape, prompt, steps, streams), report, streams)
     if args.torch:
         from benchmarks.gpu_torch_ref import torch_figures
 
@@ -102,15 +105,29 @@ def main():
     print(json.dumps(report))
 
 
+def with_ratios(fig, report, streams):
+    """`fig` plus the ratios a reader wants: decode against the copy roof, launch share, the two speedups."""
+    fig["decode_roof_ratio"] = fig["decode_tok_s"] * fig["bytes_per_token"] / report["copy_bytes_s"]
+    # share of an eager step spent launching from Python: what the captured step (graph.py) removes
+    fig["launch_share"] = fig["launches_per_step"] * report["launch_s"] * fig["decode_eager_tok_s"]
+    fig["graph_speedup"] = fig["decode_tok_s"] / fig["decode_eager_tok_s"]
+    fig["int8_speedup"] = fig["decode_tok_s"] / fig["decode_f32act_tok_s"]  # int8 against float activations
+    fig["int8_speedup_8x"] = fig[f"decode_{streams}x_tok_s"] / fig[f"decode_f32act_{streams}x_tok_s"]
+    return fig
+
+
 def print_table(report, mixes, streams):
     """The figures a reader compares, one row per weight mix (the JSON line after it has them all)."""
     copy, launch = report["copy_bytes_s"] / 1e9, report["launch_s"] * 1e6
     print(f"{report['device']}: copy {copy:.1f} GB/s, one launch {launch:.1f} us; tokens/s below")
-    print(f"{'mix':8} {'prefill':>9} {'decode':>8} {'eager':>8} {f'{streams}x':>8} {'roof':>6} {'launches':>8}")
+    print("decode and Nx: int8 activations, captured; eager: launched from Python; f32act: float activations")
+    print(f"{'mix':8} {'prefill':>9} {'decode':>8} {'eager':>8} {'f32act':>8} {f'{streams}x':>8} "
+          f"{f'f32act {streams}x':>11} {'roof':>6} {'launches':>8}")
     for mix in mixes:
         f = report[mix]
         print(f"{mix:8} {f['prefill_tok_s']:9.1f} {f['decode_tok_s']:8.1f} {f['decode_eager_tok_s']:8.1f} "
-              f"{f[f'decode_{streams}x_tok_s']:8.1f} {f['decode_roof_ratio']:6.3f} {f['launches_per_step']:8d}")
+              f"{f['decode_f32act_tok_s']:8.1f} {f[f'decode_{streams}x_tok_s']:8.1f} "
+              f"{f[f'decode_f32act_{streams}x_tok_s']:11.1f} {f['decode_roof_ratio']:6.3f} {f['launches_per_step']:8d}")
 
 
 if __name__ == "__main__":

@@ -37,5 +37,6 @@ def test_benchmark_runs_its_model_maker_and_reports_every_figure():
     for mix in ("Q4_K_M",):  # Q4_K and Q6_K blocks; Q4_0 and Q8_0 makers differ only in the table
         fig = report[mix]
         assert {"prefill_tok_s", "decode_tok_s", "decode_2x_tok_s", "bytes_per_token", "decode_roof_ratio",
-                "launches_per_step", "decode_eager_tok_s", "graph_speedup"} <= set(fig)
+                "launches_per_step", "decode_eager_tok_s", "graph_speedup", "decode_f32act_tok_s",
+                "decode_f32act_2x_tok_s", "int8_speedup", "int8_speedup_8x"} <= set(fig)
         assert fig["bytes_per_token"] > 0 and fig["launches_per_step"] > 0

@@ -91,4 +91,4 @@ class DecodePlan:
             s.ops.embed(m.embd, self.ids, part.x)
         s.layers(part.x, part.slot, part.pos, part.work)
         if k == len(self.parts) - 1:
-            m.head(s, part.x, self.normed, self.logits, part.work.xt)
+            m.head(s, part.x, self.normed, self.logits, part.work)

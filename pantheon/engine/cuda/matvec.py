@@ -21,7 +21,7 @@ MAX_THREADS = 256
 
 
 @cuda.jit(device=True, inline=True)
-def _lane_reduce(part, tid, lane, lanes, n):
+def lane_reduce(part, tid, lane, lanes, n):
     """Sum part[tid, :n] over the `lanes` threads of this row into part[tid - lane, :n]; all threads call it."""
     s = lanes // 2
     while s > 0:
@@ -65,7 +65,7 @@ def qmv(raw, qtype, xt, out, c0):
                         acc += w[l] * xt[i, l, u]
                     part[tid, i] += acc
         if lanes > 1:
-            _lane_reduce(part, tid, lane, lanes, n)
+            lane_reduce(part, tid, lane, lanes, n)
         if r < rows and lane == 0:
             for i in range(n):
                 out[i, c0 + r] = part[tid, i]
@@ -95,7 +95,7 @@ def qmv_sel(raw, qtype, sel, xdiv, xt, out, c0):
                     acc += w[l] * xt[xi, l, u]
                 part[tid, 0] += acc
         if lanes > 1:
-            _lane_reduce(part, tid, lane, lanes, 1)
+            lane_reduce(part, tid, lane, lanes, 1)
         if r < rows and lane == 0:
             out[m, c0 + r] = part[tid, 0]
 

@@ -55,6 +55,17 @@ class GpuModel(ModelText):
         return cls(gguf, config, stages, embd, output, head_up.vector(weights.output_norm), head_up.log)
 
     @property
+    def int8(self):
+        """Whether decode products of quantized weights take int8 activations (Ops.int8; on by default)."""
+        return self.stages[0].ops.int8
+
+    @int8.setter
+    def int8(self, on):
+        for s in self.stages:
+            s.ops.int8 = bool(on)
+        self.plans = {}  # a captured step replays the kernels it was captured with
+
+    @property
     def layer_ranges(self):
         return [(s.first, s.first + len(s.blocks)) for s in self.stages]
 
@@ -130,11 +141,11 @@ class GpuModel(ModelText):
         logits = b.empty((len(rows), self.output.rows))  # [rows, n_vocab]
         return b.to_host(self.head(last, sel, b.empty(sel.shape), logits))
 
-    def head(self, last, x, h, logits, buf=None):
+    def head(self, last, x, h, logits, work=None):
         """logits float32 [n, n_vocab] = output(rms_norm(x)) on the last stage, h [n, dim] the normed rows
         (launches only: the captured decode step ends with it too)."""
         last.ops.rms_norm(x, self.output_norm, self.config.norm_eps, self.config.dim, h)
-        return last.matmul([self.output], h, logits, buf)
+        return last.matmul([self.output], h, logits, work)
 
     def device_bytes(self):
         """Bytes this model holds per device ordinal: weights, KV pool and scratch."""

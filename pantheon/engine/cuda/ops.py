@@ -4,16 +4,40 @@ import math
 
 import numpy as np
 
-from pantheon.engine.cuda import layers, matvec
-from pantheon.engine.cuda.qtypes import TILE_BYTES, UNIT
+from pantheon.engine.cuda import layers, matvec, matvec8
+from pantheon.engine.cuda.qtypes import INT8_TYPES, TILE_BYTES, UNIT
+
+
+class Activations:
+    """h [n, cols] laid out the ways the matrix-vector kernels read it, each made on first request and kept
+    for a group of products of the same input: unit-major floats (matvec.qmv) or int8 quants
+    (matvec8.qmv8), in the buffers of Workspace `work` (allocated when None)."""
+
+    def __init__(self, ops, h, work=None):
+        self.ops, self.h, self.work = ops, h, work
+        self._xt = self._q8 = None
+
+    def unit_major(self):
+        if self._xt is None:
+            self._xt = self.ops.unit_major(self.h, None if self.work is None else self.work.xt)
+        return self._xt
+
+    def q8(self):
+        if self._q8 is None:
+            self._q8 = self.ops.quantize_units(self.h, self.work)
+        return self._q8
 
 
 class Ops:
-    """Kernel launches on one backend. Arrays are the backend's (CuPy on a GPU, numpy in the simulator)."""
+    """Kernel launches on one backend. Arrays are the backend's (CuPy on a GPU, numpy in the simulator).
 
-    def __init__(self, backend):
+    `int8`: decode products of quantized weights take int8 activations (matvec8.py) rather than float
+    ones (matvec.py); F16/BF16 weights always take the float kernels."""
+
+    def __init__(self, backend, int8=True):
         self.b = backend
         self.g = backend.geometry
+        self.int8 = int8
 
     def _items(self, kernel, n):
         g = self.g
@@ -31,18 +55,40 @@ class Ops:
         self._items(matvec.unit_major, x.size)(x, xt)
         return xt
 
-    def matvec(self, mat, xt, out, c0=0):
-        """out[:, c0:c0+rows] float32 = x [n <= 8, cols] @ dequant(mat).T, straight from the raw blocks;
-        x given unit-major (unit_major)."""
-        g = self.g
-        self.b.launch(matvec.qmv, g.grid(mat.rows, g.rows), (g.lanes, g.rows))(mat.words, mat.qtype, xt, out, c0)
+    def quantize_units(self, x, work=None):
+        """x float32 [n, cols] as int8 quants per 32 values: (xq int32 [n, 8, units], xs float32 [n, 3, units]),
+        in Workspace `work`'s buffers (allocated when None)."""
+        n, cols = x.shape
+        units = cols // UNIT
+        xq = self.b.empty((x.size // 4,), np.int32) if work is None else work.xq  # [>= n*cols/4]
+        xs = self.b.empty((3 * n * units,)) if work is None else work.xs  # [>= 3*n*units]
+        xq = xq[: x.size // 4].reshape(n, matvec8.WORDS, units)  # [n, 8, units] a view
+        xs = xs[: 3 * n * units].reshape(n, 3, units)  # [n, 3, units] a view
+        self._items(matvec8.quantize_units, n * units)(x, xq, xs)
+        return xq, xs
 
-    def matvec_sel(self, mat, sel, xdiv, xt, out, c0=0):
-        """out[:, c0:c0+rows]: row m is x[m // xdiv] times expert sel[m] of `mat` (mixture of experts);
-        x given unit-major (unit_major)."""
+    def _int8(self, mat):
+        return self.int8 and mat.qtype in INT8_TYPES
+
+    def matvec(self, mat, acts, out, c0=0):
+        """out[:, c0:c0+rows] float32 = acts.h [n <= 8, cols] @ dequant(mat).T, straight from the raw blocks
+        (acts: Activations)."""
+        g, block = self.g, (self.g.lanes, self.g.rows)
+        if self._int8(mat):  # two rows per thread
+            grid = g.grid(mat.rows, 2 * g.rows)
+            self.b.launch(matvec8.qmv8, grid, block)(mat.words, mat.qtype, *acts.q8(), out, c0)
+        else:
+            grid = g.grid(mat.rows, g.rows)
+            self.b.launch(matvec.qmv, grid, block)(mat.words, mat.qtype, acts.unit_major(), out, c0)
+
+    def matvec_sel(self, mat, sel, xdiv, acts, out, c0=0):
+        """out[:, c0:c0+rows]: row m is acts.h[m // xdiv] times expert sel[m] of `mat` (mixture of experts)."""
         g = self.g
-        work = out.shape[0] * -(-mat.rows // g.rows)
-        self.b.launch(matvec.qmv_sel, g.grid(work, 1), (g.lanes, g.rows))(mat.words, mat.qtype, sel, xdiv, xt, out, c0)
+        grid, block = g.grid(out.shape[0] * -(-mat.rows // g.rows), 1), (g.lanes, g.rows)
+        if self._int8(mat):
+            self.b.launch(matvec8.qmv8_sel, grid, block)(mat.words, mat.qtype, sel, xdiv, *acts.q8(), out, c0)
+        else:
+            self.b.launch(matvec.qmv_sel, grid, block)(mat.words, mat.qtype, sel, xdiv, acts.unit_major(), out, c0)
 
     def tile_matmul(self, mat, x16, out, scratch, c0=0):
         """out[:, c0:c0+rows] float32 = x16 [n, cols] @ dequant(mat).T through fp16 tiles and the backend's GEMM."""

@@ -4,7 +4,7 @@ import numpy as np
 
 from pantheon.engine.cuda.kvpool import stage_arrays
 from pantheon.engine.cuda.matvec import MAX_BATCH
-from pantheon.engine.cuda.ops import Ops
+from pantheon.engine.cuda.ops import Activations, Ops
 from pantheon.engine.cuda.upload import Uploader, block_matrices
 from pantheon.engine.cuda.workspace import Workspace
 
@@ -48,14 +48,15 @@ class Stage:
         self.blocks, self.mats = [], []
         self.kcache = self.vcache = self.scratch = self.inv_freq = None
 
-    def matmul(self, mats, h, out, buf=None):
-        """out float32 [n, Σ rows] = h [n, cols] times each of `mats`, their outputs side by side; `buf` holds
-        h laid out for the matrix-vector kernels (Workspace.xt; allocated when None)."""
-        n, c0, h16, xt = h.shape[0], 0, None, None
+    def matmul(self, mats, h, out, work=None, acts=None):
+        """out float32 [n, Σ rows] = h [n, cols] times each of `mats`, their outputs side by side; Workspace
+        `work` holds h laid out for the matrix-vector kernels (allocated when None), `acts` (Activations of h)
+        when the caller reuses them."""
+        n, c0, h16 = h.shape[0], 0, None
+        acts = acts or Activations(self.ops, h, work)  # laid out once for the group, on first use
         for m in mats:
             if n <= MAX_BATCH:
-                xt = self.ops.unit_major(h, buf) if xt is None else xt  # [n, 32, units], shared by the group
-                self.ops.matvec(m, xt, out, c0)
+                self.ops.matvec(m, acts, out, c0)
             else:
                 h16 = self.backend.half(h) if h16 is None else h16  # [n, cols] fp16, shared by the group
                 self.ops.tile_matmul(m, h16, out, self.scratch, c0)
@@ -77,7 +78,7 @@ class Stage:
         for li, blk in enumerate(self.blocks):
             self.ops.rms_norm(x, blk.attn_norm, eps, dim, w.h)
             self._attention(li, blk, slot, pos, w)
-            self.ops.add(x, self.matmul([blk.wo], w.att, w.proj, w.xt))
+            self.ops.add(x, self.matmul([blk.wo], w.att, w.proj, w))
             self.ops.rms_norm(x, blk.ffn_norm, eps, dim, w.h)
             if blk.router is not None:
                 self._moe(blk, w, x)
@@ -88,7 +89,7 @@ class Stage:
         """w.att [n, H*hd] = attention of the rows' queries over their sequences, after storing their keys/values."""
         c, ops, qkv = self.cfg, self.ops, w.qkv
         qd, kd = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
-        self.matmul(blk.qkv, w.h, qkv, w.xt)  # [n, qd + 2kd]
+        self.matmul(blk.qkv, w.h, qkv, w)  # [n, qd + 2kd]
         if blk.bqkv is not None:
             ops.add_bias(qkv, blk.bqkv)
         if blk.q_norm is not None:  # per-head norms of q (columns [0, qd)) and k ([qd, qd+kd))
@@ -100,17 +101,17 @@ class Stage:
         ops.attention(qkv, c.n_head, self.kcache, self.vcache, li, slot, pos, w.att)
 
     def _ffn(self, blk, w):
-        self.matmul(blk.gate_up, w.h, w.gu, w.xt)  # [n, 2ff]
+        self.matmul(blk.gate_up, w.h, w.gu, w)  # [n, 2ff]
         self.ops.silu_mul(w.gu, w.act)  # [n, ff]
-        return self.matmul([blk.down], w.act, w.proj, w.xt)  # [n, dim]
+        return self.matmul([blk.down], w.act, w.proj, w)  # [n, dim]
 
     def _moe(self, blk, w, x):
         """x += Σ over each row's top-k experts of weight * expert FFN(w.h), routed on the device."""
         k, ff = self.cfg.n_expert_used, blk.gate_exps.rows
-        self.ops.route_topk(self.matmul([blk.router], w.h, w.route, w.xt), w.ids, w.weights)
-        xt = self.ops.unit_major(w.h, w.xt)  # [n, 32, dim / 32]
-        self.ops.matvec_sel(blk.gate_exps, w.sel, k, xt, w.egu, 0)
-        self.ops.matvec_sel(blk.up_exps, w.sel, k, xt, w.egu, ff)
+        acts = Activations(self.ops, w.h, w)  # shared by the router (at n <= 8) and the experts
+        self.ops.route_topk(self.matmul([blk.router], w.h, w.route, acts=acts), w.ids, w.weights)
+        self.ops.matvec_sel(blk.gate_exps, w.sel, k, acts, w.egu, 0)
+        self.ops.matvec_sel(blk.up_exps, w.sel, k, acts, w.egu, ff)
         self.ops.silu_mul(w.egu, w.eact)
-        self.ops.matvec_sel(blk.down_exps, w.sel, 1, self.ops.unit_major(w.eact, w.xt), w.ey)
+        self.ops.matvec_sel(blk.down_exps, w.sel, 1, Activations(self.ops, w.eact, w), w.ey)
         self.ops.moe_combine(x, w.ey, w.weights)

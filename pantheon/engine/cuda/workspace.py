@@ -27,7 +27,9 @@ class Workspace:
         moe = [b for b in blocks if b.router is not None]
         if moe:  # experts run matrix-vector kernels at every n
             widest = max(widest, n * cfg.dim, self._experts(e, cfg, moe, n))
-        self.xt = e((widest,))  # [widest] a matrix-vector input laid out unit-major (Ops.unit_major), reused
+        # a matrix-vector input laid out for the kernels (ops.Activations), reused by every product
+        self.xt = e((widest,))  # [widest] unit-major floats
+        self.xq, self.xs = e((widest // 4,), np.int32), e((3 * widest // 32,))  # [widest/4], [3*widest/32] int8
 
     def _experts(self, e, cfg, blocks, n):
         """The routing and expert arrays; returns the largest matrix-vector input they add."""

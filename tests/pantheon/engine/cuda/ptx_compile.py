@@ -8,16 +8,18 @@ from numba import cuda
 from numba import types as t
 from numba.cuda import dispatcher
 
-from pantheon.engine.cuda import layers, matvec
+from pantheon.engine.cuda import layers, matvec, matvec8
 
 U16_3, F32_1, F32_2 = t.Array(t.uint16, 3, "C"), t.Array(t.float32, 1, "C"), t.Array(t.float32, 2, "C")
 F16_2, F16_5 = t.Array(t.float16, 2, "C"), t.Array(t.float16, 5, "C")
 I32_1, I32_2, F64_1 = t.Array(t.int32, 1, "C"), t.Array(t.int32, 2, "C"), t.Array(t.float64, 1, "C")
-F32_3 = t.Array(t.float32, 3, "C")
+F32_3, I32_3 = t.Array(t.float32, 3, "C"), t.Array(t.int32, 3, "C")
 I, F = t.int64, t.float32
 SIGNATURES = {
     matvec.unit_major: (F32_2, F32_3),
     matvec.qmv: (U16_3, I, F32_3, F32_2, I), matvec.qmv_sel: (U16_3, I, I32_1, I, F32_3, F32_2, I),
+    matvec8.quantize_units: (F32_2, I32_3, F32_3), matvec8.qmv8: (U16_3, I, I32_3, F32_3, F32_2, I),
+    matvec8.qmv8_sel: (U16_3, I, I32_1, I, I32_3, F32_3, F32_2, I),
     matvec.dequant_tile: (U16_3, I, I, F16_2), matvec.embed: (U16_3, I, I32_1, F32_2),
     layers.rms_norm: (F32_2, I, I, F32_1, F, I, F32_2), layers.rope: (F32_2, I, I, I, I, t.boolean, I32_1, F64_1),
     layers.add_bias: (F32_2, F32_1), layers.add: (F32_2, F32_2), layers.silu_mul: (F32_2, F32_2),

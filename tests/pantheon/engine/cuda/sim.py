@@ -30,6 +30,15 @@ def need_devices(n):
         pytest.skip(f"needs {n} CUDA devices")
 
 
+def golden_weight(name, qtype, rows):
+    """The first `rows` rows of the first 2-D tensor of `qtype` in ../shared/golden/`name`.gguf, or skip."""
+    from pantheon.engine.weights import Weight
+    from tests.conftest import shared_path
+
+    w = golden_matrix(shared_path("golden", f"{name}.gguf"), qtype)
+    return Weight(w.name, w.qtype, rows, w.cols, w.raw[:rows])
+
+
 def golden_matrix(path, qtype):
     """The first 2-D tensor of `qtype` in the GGUF at `path`, as a Weight, or skip."""
     from pantheon.engine.weights import Weight

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from pantheon.engine.cuda import matvec
-from pantheon.engine.cuda.ops import Ops
+from pantheon.engine.cuda.ops import Activations, Ops
 from pantheon.engine.cuda.upload import Uploader
 from pantheon.engine.kernels.matmul import dequantize_rows
 from tests.conftest import shared_path
-from tests.pantheon.engine.cuda.sim import WIDE, backend, golden_matrix
+from tests.pantheon.engine.cuda.sim import WIDE, backend, golden_weight
 
 # (golden file, ggml type code): one tensor of each type the GPU keeps as it is
 TYPES = [("llama-q4_0", 2), ("llama-q8_0", 8), ("llama-q4_k_m", 12), ("llama-q5_k_m", 13), ("llama-q6_k", 14),
@@ -17,10 +17,7 @@ ROWS = 6
 
 
 def _weight(name, qtype, rows=ROWS):
-    from pantheon.engine.weights import Weight
-
-    w = golden_matrix(shared_path("golden", f"{name}.gguf"), qtype)
-    return Weight(w.name, w.qtype, rows, w.cols, w.raw[:rows])
+    return golden_weight(name, qtype, rows)
 
 
 @pytest.mark.parametrize("name,qtype", TYPES)
@@ -41,8 +38,8 @@ def test_matvec_on_raw_blocks_matches_dequantized_product(name, qtype, geometry)
     b = backend(geometry)
     x = np.random.default_rng(qtype).standard_normal((3, w.cols)).astype(np.float32)  # [3, cols]
     out = b.zeros((3, ROWS + 2))  # [3, 2 + rows]: written at column offset 2
-    ops = Ops(b)
-    ops.matvec(Uploader(b).matrix(w), ops.unit_major(b.upload(x)), out, 2)
+    ops = Ops(b, int8=False)
+    ops.matvec(Uploader(b).matrix(w), Activations(ops, b.upload(x)), out, 2)
     want = x @ dequantize_rows(w, np.arange(ROWS)).T  # [3, rows]
     got = b.to_host(out)
     np.testing.assert_allclose(got[:, 2:], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
@@ -77,8 +74,8 @@ def test_expert_selected_matvec():
     sel = np.array([3, 0, 7, 3], np.int32)  # expert of each (token, slot) pair; two slots per token
     x = np.random.default_rng(2).standard_normal((2, mat.cols)).astype(np.float32)  # [2 tokens, cols]
     out = b.empty((4, mat.rows))  # [4 pairs, rows]
-    ops = Ops(b)
-    ops.matvec_sel(mat, b.upload(sel), 2, ops.unit_major(b.upload(x), b.empty((x.size + 3,))), out)
+    ops = Ops(b, int8=False)
+    ops.matvec_sel(mat, b.upload(sel), 2, Activations(ops, b.upload(x)), out)
     got = b.to_host(out)
     for m, e in enumerate(sel):
         want = dequantize_rows(experts.up[e], np.arange(mat.rows)) @ x[m // 2]  # [rows]
