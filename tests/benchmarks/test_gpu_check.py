@@ -40,3 +40,18 @@ def test_benchmark_runs_its_model_maker_and_reports_every_figure():
                 "launches_per_step", "decode_eager_tok_s", "graph_speedup", "decode_f32act_tok_s",
                 "decode_f32act_2x_tok_s", "int8_speedup", "int8_speedup_8x"} <= set(fig)
         assert fig["bytes_per_token"] > 0 and fig["launches_per_step"] > 0
+
+
+def test_benchmark_reports_the_float_figures_and_the_error_when_int8_kernels_fail(monkeypatch):
+    """One device run must not lose every figure to the int8 kernels failing (compile or driver)."""
+    from benchmarks import gpu_bench
+    from pantheon.engine.cuda.backend import open_backend
+    from pantheon.engine.cuda.ops import Ops
+
+    def broken(self, x, work=None):
+        raise RuntimeError("no dp4a here")
+
+    monkeypatch.setattr(Ops, "quantize_units", broken)
+    fig = gpu_bench.mix_figures(open_backend(0), "Q4_0", gpu_bench.SMALL, 9, 1, 2)
+    assert fig["int8_error"] == "RuntimeError: no dp4a here"
+    assert fig["decode_tok_s"] > 0 and fig["decode_f32act_2x_tok_s"] > 0 and fig["prefill_tok_s"] > 0

@@ -10,8 +10,14 @@ gets a device function computing the same sum.
 import struct
 
 from llvmlite import ir
-from numba import config, cuda, types
-from numba.cuda.extending import intrinsic
+from numba import config, cuda
+
+try:
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+except ImportError:  # a numba-cuda from before it carried its own types and extension API: numba's serve CUDA
+    from numba import types
+    from numba.core.extending import intrinsic
 
 _WORD, _BYTES = struct.Struct("<I"), struct.Struct("<4b")
 
