@@ -96,16 +96,21 @@ def _q8_0(raw, e, r, u, w):
 
 
 @cuda.jit(device=True, inline=True)
-def _q45_k(raw, e, r, u, w, five):
-    """Sub-block j of a Q4_K (five=False) or Q5_K block: value = d*scale*q - dmin*min."""
+def q45_k_unit(raw, e, r, u, five):
+    """Where sub-block j = u % 8 of a Q4_K (five=False) or Q5_K block lies: (d·scale, dmin·min, its first
+    quant word, the block's first qh word, the nibble shift of its quants, j); value = d·scale·q - dmin·min."""
     size = 176 if five else 144
     o, j = (u // 8) * size, u % 8
     d, dmin = half_at(raw, e, r, o), half_at(raw, e, r, o + 2)
     sc, mn = scale_min_k4(raw, e, r, o + 4, j)
     qs = (o + (48 if five else 16) + (j // 2) * 32) >> 1  # words
-    qh = (o + 16) >> 1
-    shift = np.int32(4 * (j % 2))
-    dsc, dmn = d * sc, dmin * mn
+    return d * sc, dmin * mn, qs, (o + 16) >> 1, np.int32(4 * (j % 2)), j
+
+
+@cuda.jit(device=True, inline=True)
+def _q45_k(raw, e, r, u, w, five):
+    """Sub-block j of a Q4_K (five=False) or Q5_K block, dequantized."""
+    dsc, dmn, qs, qh, shift, j = q45_k_unit(raw, e, r, u, five)
     for k in range(16):
         v = np.int32(raw[e, r, qs + k])
         hv = np.int32(raw[e, r, qh + k]) if five else np.int32(0)
@@ -117,18 +122,30 @@ def _q45_k(raw, e, r, u, w, five):
 
 
 @cuda.jit(device=True, inline=True)
-def _q6_k(raw, e, r, u, w):
-    """Quarter qq of half h of a Q6_K block: low nibbles of ql (high for qq >= 2), 2 bits of qh."""
+def q6_k_unit(raw, e, r, u):
+    """Where unit u (quarter qq of half h of a Q6_K block) lies: (d, its first ql word, its first qh word, the
+    shift of its 4 low bits in ql, of its 2 high bits in qh, the byte of its first 16 values' int8 scale)."""
     o, j = (u // 8) * 210, u % 8
     h, qq = j // 4, j % 4
-    d = half_at(raw, e, r, o + 208)
     ql = (o + 64 * h + (32 if qq % 2 else 0)) >> 1  # words
     qh = (o + 128 + 32 * h) >> 1
-    nib = np.int32(4 if qq >= 2 else 0)
-    hs = np.int32(2 * qq)
+    nib, hs = np.int32(4 if qq >= 2 else 0), np.int32(2 * qq)
+    return half_at(raw, e, r, o + 208), ql, qh, nib, hs, o + 192 + 8 * h + 2 * qq
+
+
+@cuda.jit(device=True, inline=True)
+def int8_at(raw, e, r, o):
+    """float32 value of the signed byte o of the row."""
+    s = byte_at(raw, e, r, o)
+    return np.float32(s - I256 if s > I127 else s)
+
+
+@cuda.jit(device=True, inline=True)
+def _q6_k(raw, e, r, u, w):
+    """Quarter of a half of a Q6_K block, dequantized: 4 bits from ql, 2 from qh, an int8 scale per 16 values."""
+    d, ql, qh, nib, hs, so = q6_k_unit(raw, e, r, u)
     for half in range(2):
-        s = byte_at(raw, e, r, o + 192 + 8 * h + half + 2 * qq)
-        ds = d * np.float32(s - I256 if s > I127 else s)
+        ds = d * int8_at(raw, e, r, so + half)
         for k in range(8 * half, 8 * half + 8):
             lv, hv = np.int32(raw[e, r, ql + k]), np.int32(raw[e, r, qh + k])
             for b in range(2):

@@ -15,7 +15,7 @@ are little-endian uint16 words [experts, rows, row_bytes / 2]; type codes are gg
 import numpy as np
 from numba import cuda
 
-from pantheon.engine.cuda.blocks import byte_at, half_at, half_bits, scale_min_k4
+from pantheon.engine.cuda.blocks import half_bits, int8_at, q6_k_unit, q45_k_unit
 from pantheon.engine.cuda.qtypes import Q4_0, Q4_K, Q5_K, Q8_0
 
 LO4, LO2, LO1 = np.int32(0x0F0F0F0F), np.int32(0x03030303), np.int32(0x01010101)  # a mask per byte
@@ -50,38 +50,23 @@ def _q8_0(raw, e, r, u, qw):
 @cuda.jit(device=True, inline=True)
 def _q45_k(raw, e, r, u, qw, five):
     """Sub-block j of a Q4_K (five=False) or Q5_K block: value = d·scale·q - dmin·min."""
-    size = 176 if five else 144
-    o, j = (u // 8) * size, u % 8
-    d, dmin = half_at(raw, e, r, o), half_at(raw, e, r, o + 2)
-    sc, mn = scale_min_k4(raw, e, r, o + 4, j)
-    qs = (o + (48 if five else 16) + (j // 2) * 32) >> 1  # words
-    qh = (o + 16) >> 1
-    shift = np.int32(4 * (j % 2))
+    a, dmn, qs, qh, shift, j = q45_k_unit(raw, e, r, u, five)
     for k in range(8):
         q = (word32(raw, e, r, qs + 2 * k) >> shift) & LO4
         if five:  # bit j of the value's qh byte is its fifth bit
             q |= ((word32(raw, e, r, qh + 2 * k) >> np.int32(j)) & LO1) << np.int32(4)
         qw[k] = q
-    a, b = d * sc, -(dmin * mn)
-    return a, a, b, b
+    return a, a, -dmn, -dmn
 
 
 @cuda.jit(device=True, inline=True)
 def _q6_k(raw, e, r, u, qw):
-    """Quarter qq of half h of a Q6_K block: 4 bits from ql, 2 from qh, one int8 scale per 16 values."""
-    o, j = (u // 8) * 210, u % 8
-    h, qq = j // 4, j % 4
-    d = half_at(raw, e, r, o + 208)
-    ql = (o + 64 * h + (32 if qq % 2 else 0)) >> 1  # words
-    qh = (o + 128 + 32 * h) >> 1
-    nib, hs = np.int32(4 if qq >= 2 else 0), np.int32(2 * qq)
+    """Quarter of a half of a Q6_K block: 4 bits from ql, 2 from qh, one int8 scale per 16 values."""
+    d, ql, qh, nib, hs, so = q6_k_unit(raw, e, r, u)
     for k in range(8):
         lo = (word32(raw, e, r, ql + 2 * k) >> nib) & LO4
         qw[k] = lo | (((word32(raw, e, r, qh + 2 * k) >> hs) & LO2) << np.int32(4))
-    s0 = byte_at(raw, e, r, o + 192 + 8 * h + 2 * qq)
-    s1 = byte_at(raw, e, r, o + 193 + 8 * h + 2 * qq)
-    a0 = d * np.float32(s0 - 256 if s0 > 127 else s0)
-    a1 = d * np.float32(s1 - 256 if s1 > 127 else s1)
+    a0, a1 = d * int8_at(raw, e, r, so), d * int8_at(raw, e, r, so + 1)
     return a0, a1, np.float32(-32.0) * a0, np.float32(-32.0) * a1
 
 
