@@ -124,7 +124,7 @@ def owner(module, table):
 def imports(module, path):
     """(imported module, lazy?, line) of every import statement, relative imports resolved."""
     tree = ast.parse(path.read_text(), str(path))
-    top = {id(n) for n in tree.body}
+    top = {id(n) for n in _module_level(tree.body)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -138,6 +138,17 @@ def imports(module, path):
             continue
         for name in names:
             yield name, id(node) not in top, node.lineno
+
+
+def _module_level(body):
+    """Statements that run at import: the module's own, and those of its top-level try / if blocks (an import
+    with a fallback is not lazy)."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.Try, ast.If)):
+            inner = node.body + node.orelse + getattr(node, "finalbody", [])
+            inner += [s for h in getattr(node, "handlers", []) for s in h.body]
+            yield from _module_level(inner)
 
 
 def _is_module(dotted):
@@ -206,3 +217,10 @@ def test_the_supervisor_loads_no_numba():
     code = ("import sys, workers.serve, workers.supervisor\n"
             "sys.exit(sorted(m for m in ('numba', 'cupy') if m in sys.modules) != [])")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
+
+
+def test_an_import_with_a_fallback_at_module_level_is_not_lazy(tmp_path):
+    fake = tmp_path / "fallback.py"
+    fake.write_text("try:\n    import json\nexcept ImportError:\n    import pickle\n\n\ndef f():\n    import csv\n")
+    assert sorted((n, lazy) for n, lazy, _ in imports("pantheon.fallback", fake)) == [
+        ("csv", True), ("json", False), ("pickle", False)]
