@@ -18,6 +18,7 @@ from pantheon.engine.cuda.qtypes import UNIT
 
 MAX_BATCH = 8     # activation vectors per matrix-vector call (larger batches take the tile path)
 MAX_THREADS = 256
+PADDED = UNIT + 1  # floats per unit staged in shared memory: value l of 32 units then lies in 32 distinct banks
 
 
 @cuda.jit(device=True, inline=True)
@@ -102,14 +103,24 @@ def qmv_sel(raw, qtype, sel, xdiv, xt, out, c0):
 
 @cuda.jit
 def dequant_tile(raw, qtype, r0, out):
-    """out float16 [n, cols] = dequant(raw[0, r0:r0+n]): one 32-value unit per thread, grid-strided."""
+    """out float16 [n, cols] = dequant(raw[0, r0:r0+n]). A thread decodes one 32-value unit into shared memory,
+    then the block stores its units' values in address order: adjacent threads write adjacent halves, where
+    a thread writing its own unit would put a warp's stores 64 bytes apart (16 lines per instruction)."""
     n, units = out.shape[0], out.shape[1] // UNIT
+    total, tid, size = n * units, cuda.threadIdx.x, cuda.blockDim.x
     w = cuda.local.array(UNIT, np.float32)  # [32]
-    for t in range(cuda.grid(1), n * units, cuda.gridsize(1)):
-        r, u = t // units, t % units
-        unit(raw, 0, r0 + r, u, qtype, w)
-        for l in range(UNIT):
-            out[r, u * UNIT + l] = w[l]
+    staged = cuda.shared.array((MAX_THREADS, PADDED), np.float32)  # [threads, 33]
+    for base in range(cuda.blockIdx.x * size, total, cuda.gridDim.x * size):  # uniform per block: barriers
+        if base + tid < total:
+            unit(raw, 0, r0 + (base + tid) // units, (base + tid) % units, qtype, w)
+            for l in range(UNIT):
+                staged[tid, l] = w[l]
+        cuda.syncthreads()
+        for f in range(tid, size * UNIT, size):  # value f % 32 of the block's unit f // 32
+            t = base + f // UNIT
+            if t < total:
+                out[t // units, (t % units) * UNIT + f % UNIT] = staged[f // UNIT, f % UNIT]
+        cuda.syncthreads()  # staged is rewritten by the next round
 
 
 @cuda.jit

@@ -31,6 +31,17 @@ def test_tile_dequantization_matches_the_cpu_kernels(name, qtype):
     np.testing.assert_array_equal(b.to_host(tile), want)
 
 
+def test_tile_dequantization_through_shared_memory_with_several_threads_and_blocks():
+    """Blocks of 5 threads (a partial last round) over rows [1, 4): every value lands where it belongs."""
+    w = _weight("llama-q4_k_m", 12)
+    b = backend()
+    mat = Uploader(b).matrix(w)
+    tile = b.zeros((3, w.cols), np.float16)  # [3, cols]
+    b.launch(matvec.dequant_tile, 2, 5)(mat.words, mat.qtype, 1, tile)
+    want = dequantize_rows(w, np.arange(1, 4)).astype(np.float16)  # [3, cols]
+    np.testing.assert_array_equal(b.to_host(tile), want)
+
+
 @pytest.mark.parametrize("geometry", [None, WIDE], ids=["one-thread", "wide"])
 @pytest.mark.parametrize("name,qtype", TYPES)
 def test_matvec_on_raw_blocks_matches_dequantized_product(name, qtype, geometry):
