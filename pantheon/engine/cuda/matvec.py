@@ -34,6 +34,13 @@ def lane_reduce(part, tid, lane, lanes, n):
     cuda.syncthreads()
 
 
+@cuda.jit(device=True, inline=True)
+def expert_row(t0, per_m):
+    """(pair m, weight row r) of this thread in work item t0 of an expert-selected product: item t0 is the
+    block-row t0 % per_m of pair t0 // per_m, the thread's row within it its threadIdx.y."""
+    return t0 // per_m, (t0 % per_m) * cuda.blockDim.y + cuda.threadIdx.y
+
+
 @cuda.jit
 def unit_major(x, xt):
     """xt[i, l, u] = x[i, 32u + l] for x float32 [n, cols], xt float32 [n, 32, cols / 32]."""
@@ -85,7 +92,7 @@ def qmv_sel(raw, qtype, sel, xdiv, xt, out, c0):
     m_count, rows, units = out.shape[0], raw.shape[1], xt.shape[2]
     per_m = (rows + cuda.blockDim.y - 1) // cuda.blockDim.y
     for t0 in range(cuda.blockIdx.x, m_count * per_m, cuda.gridDim.x):
-        m, r = t0 // per_m, (t0 % per_m) * cuda.blockDim.y + cuda.threadIdx.y
+        m, r = expert_row(t0, per_m)
         part[tid, 0] = 0.0
         if r < rows:
             e, xi = sel[m], m // xdiv

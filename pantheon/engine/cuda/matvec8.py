@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda
 
 from pantheon.engine.cuda.dp4a import dp4a
-from pantheon.engine.cuda.matvec import MAX_BATCH, MAX_THREADS, lane_reduce
+from pantheon.engine.cuda.matvec import MAX_BATCH, MAX_THREADS, expert_row, lane_reduce
 from pantheon.engine.cuda.qtypes import UNIT
 from pantheon.engine.cuda.qunits import unit_q8
 
@@ -52,11 +52,18 @@ def quantize_units(x, xq, xs):
 
 
 @cuda.jit(device=True, inline=True)
-def unit_dot(qw, a0, a1, b0, b1, xq, xs, i, u):
-    """The dot product of one unpacked weight unit with unit u of activation vector i."""
-    s0 = dp4a(qw[0], xq[i, 0, u], dp4a(qw[1], xq[i, 1, u], dp4a(qw[2], xq[i, 2, u], dp4a(qw[3], xq[i, 3, u], 0))))
-    s1 = dp4a(qw[4], xq[i, 4, u], dp4a(qw[5], xq[i, 5, u], dp4a(qw[6], xq[i, 6, u], dp4a(qw[7], xq[i, 7, u], 0))))
-    return xs[i, 0, u] * (a0 * np.float32(s0) + a1 * np.float32(s1)) + b0 * xs[i, 1, u] + b1 * xs[i, 2, u]
+def combine(s0, s1, sc, xs, i, u):
+    """A unit's dot product from its halves' integer sums s0, s1 and the weight's scales sc = (a0, a1, b0, b1)."""
+    return xs[i, 0, u] * (sc[0] * np.float32(s0) + sc[1] * np.float32(s1)) + sc[2] * xs[i, 1, u] + sc[3] * xs[i, 2, u]
+
+
+@cuda.jit(device=True, inline=True)
+def unit_dot(qw, sc, xq, xs, i, u):
+    """The dot product of one unpacked weight unit (quants qw, scales sc) with unit u of activation vector i."""
+    s0 = s1 = 0
+    for k in range(WORDS // 2):
+        s0, s1 = dp4a(qw[k], xq[i, k, u], s0), dp4a(qw[k + WORDS // 2], xq[i, k + WORDS // 2, u], s1)
+    return combine(s0, s1, sc, xs, i, u)
 
 
 @cuda.jit(device=True, inline=True)
@@ -68,9 +75,7 @@ def pair_dot(qa, sa, qb, sb, xq, xs, i, u):
         lo, hi = xq[i, k, u], xq[i, k + WORDS // 2, u]
         a0, a1 = dp4a(qa[k], lo, a0), dp4a(qa[k + WORDS // 2], hi, a1)
         b0, b1 = dp4a(qb[k], lo, b0), dp4a(qb[k + WORDS // 2], hi, b1)
-    d, h0, h1 = xs[i, 0, u], xs[i, 1, u], xs[i, 2, u]
-    pa = d * (sa[0] * np.float32(a0) + sa[1] * np.float32(a1)) + sa[2] * h0 + sa[3] * h1
-    return pa, d * (sb[0] * np.float32(b0) + sb[1] * np.float32(b1)) + sb[2] * h0 + sb[3] * h1
+    return combine(a0, a1, sa, xs, i, u), combine(b0, b1, sb, xs, i, u)
 
 
 @cuda.jit
@@ -118,13 +123,13 @@ def qmv8_sel(raw, qtype, sel, xdiv, xq, xs, out, c0):
     m_count, rows, units = out.shape[0], raw.shape[1], xq.shape[2]
     per_m = (rows + cuda.blockDim.y - 1) // cuda.blockDim.y
     for t0 in range(cuda.blockIdx.x, m_count * per_m, cuda.gridDim.x):
-        m, r = t0 // per_m, (t0 % per_m) * cuda.blockDim.y + cuda.threadIdx.y
+        m, r = expert_row(t0, per_m)
         part[tid, 0] = 0.0
         if r < rows:
             e, xi = sel[m], m // xdiv
             for u in range(lane, units, lanes):
-                a0, a1, b0, b1 = unit_q8(raw, e, r, u, qtype, qw)
-                part[tid, 0] += unit_dot(qw, a0, a1, b0, b1, xq, xs, xi, u)
+                sc = unit_q8(raw, e, r, u, qtype, qw)
+                part[tid, 0] += unit_dot(qw, sc, xq, xs, xi, u)
         if lanes > 1:
             lane_reduce(part, tid, lane, lanes, 1)
         if r < rows and lane == 0:
