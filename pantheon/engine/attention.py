@@ -1,52 +1,10 @@
 """Causal grouped-query attention of a step's new positions, every sequence of the step in one call."""
 
+import numba
 import numpy as np
-from numba import prange
 from numba.typed import List
 
-from pantheon.engine.kernels.jit import kernel
-
-
-@kernel
-def _store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out):
-    """Write k_new, v_new [N, KV, hd] into their sequences' caches, then out [N, H*hd] from q [N, H, hd].
-
-    Row r belongs to sequence seg[r] at position pos[r]; ks[s], vs[s] are that sequence's caches
-    [n_layer, KV, capacity, hd] and layer `li` is used. One (row, head) pair per task, keys in order:
-    a row's output is the same instruction sequence whatever else shares the step (batch invariance:
-    downstream int8 rounding turns a 1e-7 wobble into a flipped quant)."""
-    n, n_head, hd = q.shape
-    n_kv = k_new.shape[1]
-    for r in prange(n):
-        kc, vc = ks[seg[r]], vs[seg[r]]
-        for h in range(n_kv):
-            for d in range(hd):
-                kc[li, h, pos[r], d] = k_new[r, h, d]
-                vc[li, h, pos[r], d] = v_new[r, h, d]
-    g = n_head // n_kv
-    scale = np.float32(1.0 / np.sqrt(hd))
-    for t in prange(n * n_head):
-        i, h = t // n_head, t % n_head
-        kc, vc = ks[seg[i]], vs[seg[i]]
-        kh, length = h // g, pos[i] + 1
-        scores = np.empty(length, np.float32)  # [length]
-        top = np.float32(-np.inf)
-        for j in range(length):
-            acc = np.float32(0.0)
-            for d in range(hd):
-                acc += q[i, h, d] * kc[li, kh, j, d]
-            scores[j] = acc * scale
-            top = max(top, scores[j])
-        acc_v = np.zeros(hd, np.float32)  # [hd]
-        total = np.float32(0.0)
-        for j in range(length):
-            e = np.exp(scores[j] - top)
-            total += e
-            for d in range(hd):
-                acc_v[d] += e * vc[li, kh, j, d]
-        inv = np.float32(1.0) / total
-        for d in range(hd):
-            out[i, h * hd + d] = acc_v[d] * inv
+from pantheon.engine.kernels.attention_tiles import store_and_attend
 
 
 class StepLayout:
@@ -63,8 +21,8 @@ def attend_step(layout, li, q, k, v):
     """q [N, H, hd], k, v [N, KV, hd] of layer `li` -> [N, H*hd]; k and v are stored in the caches first."""
     n, n_head, hd = q.shape
     out = np.empty((n, n_head * hd), np.float32)  # [N, H*hd]
-    _store_and_attend(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v),
-                      layout.ks, layout.vs, layout.seg, layout.pos, li, out)
+    store_and_attend(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v),
+                     layout.ks, layout.vs, layout.seg, layout.pos, li, out, numba.get_num_threads())
     return out
 
 
@@ -77,5 +35,5 @@ def attend(q, k, v, p0):
     v_new = np.ascontiguousarray(v[:, p0:p0 + s].transpose(1, 0, 2))  # [s, KV, hd]
     out = np.empty((s, q.shape[1] * q.shape[2]), np.float32)  # [s, H*hd]
     seg, pos = np.zeros(s, np.int64), np.arange(p0, p0 + s)  # [s] each
-    _store_and_attend(np.ascontiguousarray(q), k_new, v_new, ks, vs, seg, pos, 0, out)
+    store_and_attend(np.ascontiguousarray(q), k_new, v_new, ks, vs, seg, pos, 0, out, numba.get_num_threads())
     return out

@@ -1,0 +1,212 @@
+"""Causal grouped-query attention in tiles of up to 16 query vectors that read the same keys.
+
+A tile's lanes are (row, head) queries of one sequence and one kv head: the g heads sharing it, for
+16 // g consecutive rows (g > 16: 16 heads of one row). Each key and value element is loaded once and
+broadcast to every lane, so scores, softmax and value sums run 16 queries per instruction; the
+per-(row, head) loops this replaced ran one query at a time with a libm exp per score.
+
+A lane's arithmetic never depends on the other lanes: its scores are fma chains over the head
+dimension in order, its softmax covers its own positions only (later ones in the tile weigh exactly
+0), and its value sums run over positions in order. So a row gets the same bits whatever shares its
+tile or its step (batch invariance: the int8 rounding downstream turns a 1e-7 wobble into a flipped
+quant), and the kernel compiles without fastmath so nothing is reassociated.
+"""
+
+import numpy as np
+from numba import prange
+
+from pantheon.engine.kernels.fastexp import expf
+from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.simd import prefetch_l2
+from pantheon.engine.kernels.simd512 import fzero16, store16
+from pantheon.engine.kernels.simd_lanes import fload16
+from pantheon.engine.kernels.simd_f32 import fbcast16, vadd16, vfill16, vfma16, vmax16, vscale16, vsub16
+
+LANES = 16
+# Keys (or value columns) advanced together: 8 independent fma chains cover the fma latency.
+UNROLL = 8
+
+
+@exact
+def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
+    """Write k_new, v_new [N, KV, hd] into their sequences' caches, then out [N, H*hd] from q [N, H, hd].
+
+    Row r belongs to sequence seg[r] at position pos[r]; ks[s], vs[s] are that sequence's caches
+    [n_layer, KV, capacity, hd] and layer `li` is used; `threads` workers take every threads-th tile
+    (a prefill's later rows attend to more positions, so contiguous shares would be uneven)."""
+    n_head, hd, n_kv = q.shape[1], q.shape[2], k_new.shape[1]
+    for r in prange(q.shape[0]):
+        for h in range(n_kv):
+            ks[seg[r]][li, h, pos[r], :] = k_new[r, h, :]
+            vs[seg[r]][li, h, pos[r], :] = v_new[r, h, :]
+    tiles = _tiles(seg, n_head, n_kv)  # [T, 5]
+    workers = max(1, min(threads, tiles.shape[0]))
+    longest = pos.max() + 1
+    for wk in prange(workers):
+        qt = np.empty(hd * LANES, np.float32)  # [hd, 16] the tile's queries, lane-major
+        sc = np.empty(longest * LANES, np.float32)  # [positions, 16] scores, then weights
+        tmp = np.empty(UNROLL * LANES, np.float32)  # [8, 16] value sums of 8 columns
+        lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, a sum)
+        for t in range(wk, tiles.shape[0], workers):
+            if t + workers < tiles.shape[0]:
+                _prefetch(tiles[t + workers], ks, vs, seg, pos, li, n_kv, hd)
+            kf, vf, base = _cache_rows(tiles[t], ks, vs, seg, li, n_kv, hd)
+            _tile(q, kf, vf, base, tiles[t], pos, out, qt, sc, tmp, lanes)
+
+
+@inline
+def _cache_rows(tile, ks, vs, seg, li, n_kv, hd):
+    """Flat views of the caches `tile` reads, and where its kv head's position 0 starts in them."""
+    kc = ks[seg[tile[0]]]  # [n_layer, KV, capacity, hd]
+    return kc.reshape(-1), vs[seg[tile[0]]].reshape(-1), (li * n_kv + tile[2]) * kc.shape[2] * hd
+
+
+@inline
+def _prefetch(tile, ks, vs, seg, pos, li, n_kv, hd):
+    """Ask for the keys and values `tile` reads into L2 while the worker's current tile runs: a decode
+    tile reads a few KiB that the weight stream evicted, too little for the hardware prefetcher to
+    find its stride before the tile ends."""
+    kf, vf, base = _cache_rows(tile, ks, vs, seg, li, n_kv, hd)
+    for o in range(base, base + (pos[tile[0] + tile[1] - 1] + 1) * hd, 16):
+        prefetch_l2(kf, o)
+        prefetch_l2(vf, o)
+
+
+@inline
+def _tiles(seg, n_head, n_kv):
+    """[T, 5] (first row, rows, kv head, first head, heads) of every tile; a tile's rows are one
+    sequence's, its heads share one kv head."""
+    g = n_head // n_kv
+    nh = min(g, LANES)
+    rows_per = max(1, LANES // g)
+    n = seg.shape[0]
+    tiles = np.empty((n * n_kv * (-(-g // nh)), 5), np.int64)  # [upper bound, 5]
+    count, r = 0, 0
+    while r < n:
+        end = r + 1
+        while end < n and seg[end] == seg[r] and end - r < rows_per:
+            end += 1
+        for kh in range(n_kv):
+            for h0 in range(kh * g, (kh + 1) * g, nh):
+                heads = min(nh, (kh + 1) * g - h0)
+                tiles[count, 0], tiles[count, 1], tiles[count, 2] = r, end - r, kh
+                tiles[count, 3], tiles[count, 4] = h0, heads
+                count += 1
+        r = end
+    return tiles[:count]
+
+
+@inline
+def _tile(q, kf, vf, base, tile, pos, out, qt, sc, tmp, lanes):
+    """One tile's queries (rows r0..r0+nr, heads h0..h0+nh of one kv head) over the cache rows that
+    start at kf/vf[base]."""
+    r0, nr, h0, nh = tile[0], tile[1], tile[3], tile[4]
+    hd, nl = q.shape[2], nr * nh
+    rows, heads = np.empty(LANES, np.int64), np.empty(LANES, np.int64)  # [16] each lane's query
+    for lane in range(nl):
+        rows[lane], heads[lane] = r0 + lane // nh, h0 + lane % nh
+    qt[:] = 0.0
+    for lane in range(nl):
+        for d in range(hd):
+            qt[d * LANES + lane] = q[rows[lane], heads[lane], d]
+    length = pos[rows[nl - 1]] + 1
+    scale = np.float32(1.0 / np.sqrt(hd))
+    for j in range(0, length - length % UNROLL, UNROLL):
+        _scores8(qt, kf, base + j * hd, hd, scale, sc, j)
+    for j in range(length - length % UNROLL, length):
+        _score1(qt, kf, base + j * hd, hd, scale, sc, j)
+    inv = _softmax(sc, length, rows, nl, pos, lanes)  # [16]
+    for d in range(0, hd - hd % UNROLL, UNROLL):
+        _values8(sc, vf, base + d, hd, length, tmp)
+        _put(tmp, UNROLL, inv, out, rows, heads, nl, hd, d)
+    for d in range(hd - hd % UNROLL, hd):
+        _value1(sc, vf, base + d, hd, length, tmp)
+        _put(tmp, 1, inv, out, rows, heads, nl, hd, d)
+
+
+@inline
+def _scores8(qt, kf, kb, hd, scale, sc, j):
+    """sc[j..j+8, lanes]: 8 keys (from kf[kb], hd apart) against every lane's query, times `scale`."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = fzero16()
+    for d in range(hd):
+        qd = fload16(qt, d * LANES)  # [16] element d of every query
+        a0, a1 = vfma16(qd, fbcast16(kf, kb + d), a0), vfma16(qd, fbcast16(kf, kb + hd + d), a1)
+        a2, a3 = vfma16(qd, fbcast16(kf, kb + 2 * hd + d), a2), vfma16(qd, fbcast16(kf, kb + 3 * hd + d), a3)
+        a4, a5 = vfma16(qd, fbcast16(kf, kb + 4 * hd + d), a4), vfma16(qd, fbcast16(kf, kb + 5 * hd + d), a5)
+        a6, a7 = vfma16(qd, fbcast16(kf, kb + 6 * hd + d), a6), vfma16(qd, fbcast16(kf, kb + 7 * hd + d), a7)
+    for k, a in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
+        store16(sc, (j + k) * LANES, vscale16(a, scale))
+
+
+@inline
+def _score1(qt, kf, kb, hd, scale, sc, j):
+    """`_scores8` for the one key at kf[kb]."""
+    a = fzero16()
+    for d in range(hd):
+        a = vfma16(fload16(qt, d * LANES), fbcast16(kf, kb + d), a)
+    store16(sc, j * LANES, vscale16(a, scale))
+
+
+@inline
+def _softmax(sc, length, rows, nl, pos, lanes):
+    """Scores -> exp(score − max) in place over each lane's own positions (0 past them); returns
+    float32 [16] 1 / Σ of each lane's weights, summed in position order. Positions every lane sees
+    run 16 lanes per instruction; a prefill tile's last few, seen by its later rows only, per lane."""
+    ends = np.full(LANES, length, np.int64)  # [16] positions each lane sees (unused lanes: all, discarded)
+    for lane in range(nl):
+        ends[lane] = pos[rows[lane]] + 1
+    common = ends.min()
+    top = vfill16(np.float32(-np.inf))
+    for j in range(common):
+        top = vmax16(fload16(sc, j * LANES), top)
+    store16(lanes, 0, top)
+    for j in range(common, length):
+        for lane in range(LANES):
+            if j < ends[lane]:
+                lanes[lane] = max(lanes[lane], sc[j * LANES + lane])
+    top = fload16(lanes, 0)
+    for j in range(common):
+        store16(sc, j * LANES, vsub16(fload16(sc, j * LANES), top))
+    for i in range(common * LANES):
+        sc[i] = expf(sc[i])
+    for j in range(common, length):
+        for lane in range(LANES):
+            w = expf(sc[j * LANES + lane] - lanes[lane]) if j < ends[lane] else np.float32(0.0)
+            sc[j * LANES + lane] = w
+    total = fzero16()
+    for j in range(length):
+        total = vadd16(total, fload16(sc, j * LANES))
+    store16(lanes, 0, total)
+    return np.float32(1.0) / lanes  # [16]
+
+
+@inline
+def _values8(sc, vf, vb, hd, length, tmp):
+    """tmp[8, lanes]: Σ_j weight[j, lane]·v[j, c] for the 8 value columns c starting at vf[vb]."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = fzero16()
+    for j in range(length):
+        w = fload16(sc, j * LANES)  # [16] weights of position j
+        o = vb + j * hd
+        a0, a1 = vfma16(w, fbcast16(vf, o), a0), vfma16(w, fbcast16(vf, o + 1), a1)
+        a2, a3 = vfma16(w, fbcast16(vf, o + 2), a2), vfma16(w, fbcast16(vf, o + 3), a3)
+        a4, a5 = vfma16(w, fbcast16(vf, o + 4), a4), vfma16(w, fbcast16(vf, o + 5), a5)
+        a6, a7 = vfma16(w, fbcast16(vf, o + 6), a6), vfma16(w, fbcast16(vf, o + 7), a7)
+    for k, a in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
+        store16(tmp, k * LANES, a)
+
+
+@inline
+def _value1(sc, vf, vb, hd, length, tmp):
+    """`_values8` for the one column at vf[vb]."""
+    a = fzero16()
+    for j in range(length):
+        a = vfma16(fload16(sc, j * LANES), fbcast16(vf, vb + j * hd), a)
+    store16(tmp, 0, a)
+
+
+@inline
+def _put(tmp, cols, inv, out, rows, heads, nl, hd, d):
+    """out[row, head·hd + d + c] = tmp[c, lane]·inv[lane] for each used lane and c < cols."""
+    for c in range(cols):
+        for lane in range(nl):
+            out[rows[lane], heads[lane] * hd + d + c] = tmp[c * LANES + lane] * inv[lane]
