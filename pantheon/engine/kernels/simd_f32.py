@@ -37,36 +37,20 @@ def vscale16(typingctx, v, s):
     return F32X16(v, types.float32), codegen
 
 
-@intrinsic
-def vmul16(typingctx, a, b):
-    """a·b lane-wise."""
-    def codegen(context, builder, sig, args):
-        return builder.fmul(args[0], args[1])
-    return F32X16(a, b), codegen
+def _lanewise(name, emit, doc):
+    """A two-operand lane-wise intrinsic whose LLVM instructions are emit(builder, a, b)."""
+    def typer(typingctx, a, b):
+        def codegen(context, builder, sig, args):
+            return emit(builder, args[0], args[1])
+        return F32X16(a, b), codegen
+    typer.__name__, typer.__doc__ = name, doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def vadd16(typingctx, a, b):
-    """a + b lane-wise."""
-    def codegen(context, builder, sig, args):
-        return builder.fadd(args[0], args[1])
-    return F32X16(a, b), codegen
-
-
-@intrinsic
-def vsub16(typingctx, a, b):
-    """a − b lane-wise."""
-    def codegen(context, builder, sig, args):
-        return builder.fsub(args[0], args[1])
-    return F32X16(a, b), codegen
-
-
-@intrinsic
-def vmax16(typingctx, a, b):
-    """The larger of a and b lane-wise (b where a is NaN): exact, so the order of a running max is free."""
-    def codegen(context, builder, sig, args):
-        return builder.select(builder.fcmp_ordered(">", args[0], args[1]), args[0], args[1])
-    return F32X16(a, b), codegen
+vadd16 = _lanewise("vadd16", lambda b, x, y: b.fadd(x, y), "a + b lane-wise.")
+vsub16 = _lanewise("vsub16", lambda b, x, y: b.fsub(x, y), "a − b lane-wise.")
+vmax16 = _lanewise("vmax16", lambda b, x, y: b.select(b.fcmp_ordered(">", x, y), x, y),
+                   "The larger of a and b lane-wise (b where a is NaN): exact, so a running max's order is free.")
 
 
 @intrinsic
