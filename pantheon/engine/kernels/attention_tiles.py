@@ -109,7 +109,7 @@ def _tile(q, kf, vf, base, tile, pos, out, qt, sc, tmp, lanes):
     for lane in range(nl):
         for d in range(hd):
             qt[d * LANES + lane] = q[rows[lane], heads[lane], d]
-    length = pos[rows[nl - 1]] + 1
+    length = pos[r0:r0 + nr].max() + 1  # the positions the tile's longest row reads
     scale = np.float32(1.0 / np.sqrt(hd))
     for j in range(0, length - length % UNROLL, UNROLL):
         _scores8(qt, kf, base + j * hd, hd, scale, sc, j)
