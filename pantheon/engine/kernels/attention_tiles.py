@@ -46,12 +46,13 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
         qt = np.empty(hd * LANES, np.float32)  # [hd, 16] the tile's queries, lane-major
         sc = np.empty(longest * LANES, np.float32)  # [positions, 16] scores, then weights
         tmp = np.empty(UNROLL * LANES, np.float32)  # [8, 16] value sums of 8 columns
-        lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, a sum)
+        lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, then 1 / sum)
+        who = np.empty((3, LANES), np.int64)  # [3, 16] each lane's row, head and positions seen
         for t in range(wk, tiles.shape[0], workers):
             if t + workers < tiles.shape[0]:
                 _prefetch(tiles[t + workers], ks, vs, seg, pos, li, n_kv, hd)
             kf, vf, base = _cache_rows(tiles[t], ks, vs, seg, li, n_kv, hd)
-            _tile(q, kf, vf, base, tiles[t], pos, out, qt, sc, tmp, lanes)
+            _tile(q, kf, vf, base, tiles[t], pos, out, qt, sc, tmp, lanes, who)
 
 
 @inline
@@ -97,12 +98,12 @@ def _tiles(seg, n_head, n_kv):
 
 
 @inline
-def _tile(q, kf, vf, base, tile, pos, out, qt, sc, tmp, lanes):
+def _tile(q, kf, vf, base, tile, pos, out, qt, sc, tmp, lanes, who):
     """One tile's queries (rows r0..r0+nr, heads h0..h0+nh of one kv head) over the cache rows that
     start at kf/vf[base]."""
     r0, nr, h0, nh = tile[0], tile[1], tile[3], tile[4]
     hd, nl = q.shape[2], nr * nh
-    rows, heads = np.empty(LANES, np.int64), np.empty(LANES, np.int64)  # [16] each lane's query
+    rows, heads = who[0], who[1]  # [16] each lane's query
     for lane in range(nl):
         rows[lane], heads[lane] = r0 + lane // nh, h0 + lane % nh
     qt[:] = 0.0
@@ -115,7 +116,8 @@ def _tile(q, kf, vf, base, tile, pos, out, qt, sc, tmp, lanes):
         _scores8(qt, kf, base + j * hd, hd, scale, sc, j)
     for j in range(length - length % UNROLL, length):
         _score1(qt, kf, base + j * hd, hd, scale, sc, j)
-    inv = _softmax(sc, length, rows, nl, pos, lanes)  # [16]
+    _softmax(sc, length, rows, nl, pos, lanes, who[2])
+    inv = lanes  # [16] 1 / each lane's sum of weights
     for d in range(0, hd - hd % UNROLL, UNROLL):
         _values8(sc, vf, base + d, hd, length, tmp)
         _put(tmp, UNROLL, inv, out, rows, heads, nl, hd, d)
@@ -148,11 +150,12 @@ def _score1(qt, kf, kb, hd, scale, sc, j):
 
 
 @inline
-def _softmax(sc, length, rows, nl, pos, lanes):
-    """Scores -> exp(score − max) in place over each lane's own positions (0 past them); returns
-    float32 [16] 1 / Σ of each lane's weights, summed in position order. Positions every lane sees
+def _softmax(sc, length, rows, nl, pos, lanes, ends):
+    """Scores -> exp(score − max) in place over each lane's own positions (0 past them), and `lanes` ->
+    1 / Σ of each lane's weights, summed in position order (`ends`: scratch for the positions each lane
+    sees). Positions every lane sees
     run 16 lanes per instruction; a prefill tile's last few, seen by its later rows only, per lane."""
-    ends = np.full(LANES, length, np.int64)  # [16] positions each lane sees (unused lanes: all, discarded)
+    ends[:] = length  # [16] positions each lane sees (unused lanes: all, discarded)
     for lane in range(nl):
         ends[lane] = pos[rows[lane]] + 1
     common = ends.min()
@@ -177,7 +180,8 @@ def _softmax(sc, length, rows, nl, pos, lanes):
     for j in range(length):
         total = vadd16(total, fload16(sc, j * LANES))
     store16(lanes, 0, total)
-    return np.float32(1.0) / lanes  # [16]
+    for lane in range(LANES):
+        lanes[lane] = np.float32(1.0) / lanes[lane]
 
 
 @inline
