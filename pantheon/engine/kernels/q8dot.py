@@ -24,7 +24,9 @@ from pantheon.engine.kernels.q8dot_tiles import prefetch_rows, q4_0_tiles, q8_0_
 from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fmadd, half_at, has_vnni, mul,
                                           nibbles16, prefetch, store8)
 from pantheon.engine.kernels.simd import fzero as fzero8
-from pantheon.engine.kernels.simd512 import fma8, isum8, pack8, reduce8
+from pantheon.engine.kernels.simd512 import fma8, fzero16, isum8, pack8, reduce8
+from pantheon.engine.kernels.simd_f32 import hmax16, isum16, qround16, vabsmax16
+from pantheon.engine.kernels.simd_lanes import fload16
 
 QK = 32
 Q4_0_BYTES, Q8_0_BYTES = 18, 34
@@ -39,22 +41,18 @@ TILES_FROM = 2
 def quantize_rows(x, xq, xd, xsum):
     """x float32 [n, cols] -> xq int8 [n, cols], xd [n, cols/32] scales, xsum int32 Σxq per 32 values.
 
-    No fastmath: the rounding must be llama.cpp's to the bit (amax / 127, not amax · (1/127))."""
+    No fastmath: the rounding must be llama.cpp's to the bit (amax / 127, not amax · (1/127)); 16 values
+    per instruction (max, product and rint are exact per lane, so the order does not matter)."""
     n, cols = x.shape
     for i in prange(n):
+        xr, qr = x[i], xq[i]  # [cols] each
         for b in range(cols // QK):
-            amax = np.float32(0.0)
-            for j in range(QK):
-                amax = max(amax, abs(x[i, b * QK + j]))
+            o = b * QK
+            amax = hmax16(vabsmax16(vabsmax16(fzero16(), fload16(xr, o)), fload16(xr, o + 16)))
             d = amax / np.float32(127.0)
             inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
             xd[i, b] = d
-            s = np.int32(0)
-            for j in range(b * QK, b * QK + QK):
-                q = np.int32(np.rint(x[i, j] * inv))
-                xq[i, j] = q
-                s += q
-            xsum[i, b] = s
+            xsum[i, b] = isum16(qround16(xr, o, inv, qr, o)) + isum16(qround16(xr, o + 16, inv, qr, o + 16))
 
 
 class Activations:

@@ -1,15 +1,18 @@
-"""Float32 lane intrinsics of the attention tiles: one lane per query vector, a key's element broadcast to all.
+"""Float32 lane intrinsics: the attention tiles' (one lane per query vector, a key's element broadcast to
+all) and the activation quantizer's (16 consecutive values of one row).
 
 Every operation is one IEEE instruction per lane (fma rounds once), called explicitly so fastmath
 never reassociates a lane's running sum: a query's result is the same instruction sequence whichever
-other queries share its register.
+other queries share its register. All are target-independent LLVM IR (no AVX-512 required: LLVM
+splits a 16-lane vector into what the host has).
 """
 
+from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
 from pantheon.engine.kernels.simd import _splat
-from pantheon.engine.kernels.simd512 import F32X16, _F32, _V16F, _call, _ptr
+from pantheon.engine.kernels.simd512 import F32X16, I32X16, _F32, _I32, _I8, _V16F, _V16I, _call, _ptr
 
 
 @intrinsic
@@ -59,3 +62,42 @@ def vfill16(typingctx, s):
     def codegen(context, builder, sig, args):
         return _splat(builder, args[0], _V16F)
     return F32X16(types.float32), codegen
+
+
+@intrinsic
+def vabsmax16(typingctx, m, v):
+    """max(m, |v|) lane-wise (m where |v| is NaN): a block's running absolute maximum, exact in any order."""
+    def codegen(context, builder, sig, args):
+        a = _call(builder, "llvm.fabs.v16f32", _V16F, [args[1]])
+        return builder.select(builder.fcmp_ordered(">", a, args[0]), a, args[0])
+    return F32X16(m, v), codegen
+
+
+@intrinsic
+def hmax16(typingctx, v):
+    """The largest of 16 non-NaN lanes."""
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.vector.reduce.fmax.v16f32", _F32, [args[0]])
+    return types.float32(v), codegen
+
+
+@intrinsic
+def qround16(typingctx, x, xi, inv, q, qi):
+    """rint(x[xi:xi+16]·inv) stored as int8 at q[qi:qi+16] (values within ±127), returned as int32 lanes:
+    numpy's rint (half to even) of the same IEEE product, 16 at a time."""
+    def codegen(context, builder, sig, args):
+        v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16F), align=4)
+        r = _call(builder, "llvm.rint.v16f32", _V16F, [builder.fmul(v, _splat(builder, args[2], _V16F))])
+        ints = builder.fptosi(r, _V16I)
+        out = _ptr(context, builder, sig.args[3], args[3], args[4], ir.VectorType(_I8, 16))
+        builder.store(builder.trunc(ints, ir.VectorType(_I8, 16)), out, align=1)
+        return ints
+    return I32X16(x, xi, types.float32, q, qi), codegen
+
+
+@intrinsic
+def isum16(typingctx, v):
+    """Σ of 16 int32 lanes (exact)."""
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.vector.reduce.add.v16i32", _I32, [args[0]])
+    return types.int32(v), codegen

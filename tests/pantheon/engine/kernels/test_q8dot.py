@@ -28,6 +28,8 @@ def reference_quantize(x):
 def test_activations_are_rounded_like_llama_cpp():
     x = np.random.default_rng(0).standard_normal((5, 256)).astype(np.float32)  # [5, 256]
     x[2, :32] = 0.0  # an all-zero block: scale 0, quants 0
+    x[3, 32:64] = np.arange(-15.5, 16.5, dtype=np.float32)  # ties: x·inv = k + 0.5
+    x[3, 63] = np.float32(127.0)  # the block's scale is exactly 1, so each tie rounds half to even
     acts = q8dot.Activations(x)
     q, d = reference_quantize(x)
     np.testing.assert_array_equal(acts.xq.view(np.int8), q)
