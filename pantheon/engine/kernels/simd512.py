@@ -160,12 +160,20 @@ def fma8(typingctx, acc, dots, zero, d, xd):
     return F32X8(acc, dots, zero, d, types.float32), codegen
 
 
-@intrinsic
-def isum8(typingctx, v):
-    """Σ of the 8 int32 lanes (exact): one row's block dot when fewer than 8 rows remain."""
-    def codegen(context, builder, sig, args):
-        return _call(builder, "llvm.vector.reduce.add.v8i32", _I32, [args[0]])
-    return types.int32(v), codegen
+def reduction(name, llvm_name, scalar, doc):
+    """An intrinsic folding one vector's lanes to a scalar (numba type `scalar`) by LLVM's `llvm_name`."""
+    ret = _F32 if scalar == types.float32 else ir.IntType(scalar.bitwidth)
+
+    def typer(typingctx, v):
+        def codegen(context, builder, sig, args):
+            return _call(builder, llvm_name, ret, [args[0]])
+        return scalar(v), codegen
+    typer.__name__, typer.__doc__ = name, doc
+    return intrinsic(typer)
+
+
+isum8 = reduction("isum8", "llvm.vector.reduce.add.v8i32", types.int32,
+                  "Σ of the 8 int32 lanes (exact): one row's block dot when fewer than 8 rows remain.")
 
 
 @intrinsic

@@ -12,7 +12,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from pantheon.engine.kernels.simd import _splat
-from pantheon.engine.kernels.simd512 import F32X16, I32X16, _F32, _I32, _I8, _V16F, _V16I, _call, _ptr
+from pantheon.engine.kernels.simd512 import F32X16, I32X16, _F32, _I8, _V16F, _V16I, _call, _ptr, reduction
 
 
 @intrinsic
@@ -73,12 +73,7 @@ def vabsmax16(typingctx, m, v):
     return F32X16(m, v), codegen
 
 
-@intrinsic
-def hmax16(typingctx, v):
-    """The largest of 16 non-NaN lanes."""
-    def codegen(context, builder, sig, args):
-        return _call(builder, "llvm.vector.reduce.fmax.v16f32", _F32, [args[0]])
-    return types.float32(v), codegen
+hmax16 = reduction("hmax16", "llvm.vector.reduce.fmax.v16f32", types.float32, "The largest of 16 non-NaN lanes.")
 
 
 @intrinsic
@@ -95,9 +90,4 @@ def qround16(typingctx, x, xi, inv, q, qi):
     return I32X16(x, xi, types.float32, q, qi), codegen
 
 
-@intrinsic
-def isum16(typingctx, v):
-    """Σ of 16 int32 lanes (exact)."""
-    def codegen(context, builder, sig, args):
-        return _call(builder, "llvm.vector.reduce.add.v16i32", _I32, [args[0]])
-    return types.int32(v), codegen
+isum16 = reduction("isum16", "llvm.vector.reduce.add.v16i32", types.int32, "Σ of 16 int32 lanes (exact).")
