@@ -1,4 +1,5 @@
-"""Per-sequence key/value cache: float32 arrays that grow by doubling up to the context limit."""
+"""Per-sequence key/value cache: float16 arrays (llama.cpp's default KV type) that grow by doubling up to the
+context limit."""
 
 import numpy as np
 
@@ -40,7 +41,7 @@ class SequenceTokens:
 class KVCache(SequenceTokens):
     """Keys and values of one sequence for every layer; `tokens` are the ids they were computed from.
 
-    k, v: float32 [n_layer, n_head_kv, capacity, head_dim]; positions [0, len) are valid.
+    k, v: float16 [n_layer, n_head_kv, capacity, head_dim]; positions [0, len) are valid.
     """
 
     def __init__(self, cfg, n_ctx, initial=64):
@@ -59,8 +60,8 @@ class KVCache(SequenceTokens):
 
     def _alloc(self, cap):
         n_layer, n_kv, _, hd = self._shape
-        k = np.zeros((n_layer, n_kv, cap, hd), dtype=np.float32)  # [L, kv, cap, hd]
-        v = np.zeros((n_layer, n_kv, cap, hd), dtype=np.float32)  # [L, kv, cap, hd]
+        k = np.zeros((n_layer, n_kv, cap, hd), dtype=np.float16)  # [L, kv, cap, hd]
+        v = np.zeros((n_layer, n_kv, cap, hd), dtype=np.float16)  # [L, kv, cap, hd]
         if self.k is not None:
             n = len(self.tokens)
             k[:, :, :n] = self.k[:, :, :n]

@@ -6,7 +6,7 @@ supervisor may import it."""
 # (2048x5632 is 46 MB) measured 1.3-1.9x faster than 256..1024-row tiles; the cap bounds the
 # scratch for vocabulary-sized matrices.
 TILE_BYTES = 64 << 20
-KV_ELEMENT_BYTES = 4       # the KV cache is float32 (pantheon.engine.kvcache)
+KV_ELEMENT_BYTES = 2       # the KV cache is float16 (pantheon.engine.kvcache)
 PREFILL_CHUNK = 256        # prompt tokens computed per engine step (EngineConfig.prefill_chunk)
 # Where repacked weights (pantheon.engine.repacked) are kept unless told otherwise.
 REPACK_DIR = "~/.cache/pantheon/repacked"

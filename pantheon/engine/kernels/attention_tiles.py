@@ -10,6 +10,10 @@ dimension in order, its softmax covers its own positions only (later ones in the
 0), and its value sums run over positions in order. So a row gets the same bits whatever shares its
 tile or its step (batch invariance: the int8 rounding downstream turns a 1e-7 wobble into a flipped
 quant), and the kernel compiles without fastmath so nothing is reassociated.
+
+The caches hold float16 (llama.cpp's default KV type: half the memory and half the bytes a long
+context streams per token). A tile widens its keys, then its values, CHUNK positions at a time into
+float32 scratch that stays in L1/L2; the arithmetic is float32 as before.
 """
 
 import numpy as np
@@ -20,11 +24,17 @@ from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.simd import prefetch_l2
 from pantheon.engine.kernels.simd512 import fzero16, store16
 from pantheon.engine.kernels.simd_lanes import fload16
-from pantheon.engine.kernels.simd_f32 import fbcast16, vadd16, vfill16, vfma16, vmax16, vscale16, vsub16
+from pantheon.engine.kernels.simd_f32 import (fbcast16, hload1, hload16, hstore1, hstore16, vadd16, vfill16, vfma16,
+                                              vmax16, vscale16, vsub16)
 
 LANES = 16
 # Keys (or value columns) advanced together: 8 independent fma chains cover the fma latency.
 UNROLL = 8
+# Positions of keys or values widened from float16 at a time (a multiple of UNROLL): 64 x 128 floats
+# are 32 KiB, so a chunk is read from L1 by every fma that uses it.
+CHUNK = 64
+# float16 elements per cache line: the prefetch stride.
+LINE = 32
 
 
 @exact
@@ -32,27 +42,50 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
     """Write k_new, v_new [N, KV, hd] into their sequences' caches, then out [N, H*hd] from q [N, H, hd].
 
     Row r belongs to sequence seg[r] at position pos[r]; ks[s], vs[s] are that sequence's caches
-    [n_layer, KV, capacity, hd] and layer `li` is used; `threads` workers take every threads-th tile
-    (a prefill's later rows attend to more positions, so contiguous shares would be uneven)."""
+    [n_layer, KV, capacity, hd], float16 bits in uint16, and layer `li` is used; `threads` workers
+    take every threads-th tile (a prefill's later rows attend to more positions, so contiguous shares
+    would be uneven)."""
     n_head, hd, n_kv = q.shape[1], q.shape[2], k_new.shape[1]
     for r in prange(q.shape[0]):
+        kc, vc = ks[seg[r]], vs[seg[r]]  # [n_layer, KV, capacity, hd]
         for h in range(n_kv):
-            ks[seg[r]][li, h, pos[r], :] = k_new[r, h, :]
-            vs[seg[r]][li, h, pos[r], :] = v_new[r, h, :]
+            o = ((li * n_kv + h) * kc.shape[2] + pos[r]) * hd
+            _narrow(k_new[r, h], kc.reshape(-1), o)
+            _narrow(v_new[r, h], vc.reshape(-1), o)
     tiles = _tiles(seg, n_head, n_kv)  # [T, 5]
     workers = max(1, min(threads, tiles.shape[0]))
     longest = pos.max() + 1
     for wk in prange(workers):
         qt = np.empty(hd * LANES, np.float32)  # [hd, 16] the tile's queries, lane-major
         sc = np.empty(longest * LANES, np.float32)  # [positions, 16] scores, then weights
-        tmp = np.empty(UNROLL * LANES, np.float32)  # [8, 16] value sums of 8 columns
+        buf = np.empty(CHUNK * hd, np.float32)  # [CHUNK, hd] one chunk's keys or values, widened
+        acc = np.empty(hd * LANES, np.float32)  # [hd, 16] every column's value sum per lane
         lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, then 1 / sum)
         who = np.empty((3, LANES), np.int64)  # [3, 16] each lane's row, head and positions seen
         for t in range(wk, tiles.shape[0], workers):
             if t + workers < tiles.shape[0]:
                 _prefetch(tiles[t + workers], ks, vs, seg, pos, li, n_kv, hd)
             kf, vf, base = _cache_rows(tiles[t], ks, vs, seg, li, n_kv, hd)
-            _tile(q, kf, vf, base, tiles[t], pos, out, qt, sc, tmp, lanes, who)
+            _tile(q, kf, vf, base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who)
+
+
+@inline
+def _narrow(src, dst, o):
+    """dst[o:o+len(src)] (uint16) = the float16 bits of float32 src, rounded to nearest even."""
+    n = src.shape[0]
+    for i in range(0, n - n % LANES, LANES):
+        hstore16(dst, o + i, fload16(src, i))
+    for i in range(n - n % LANES, n):
+        hstore1(dst, o + i, src[i])
+
+
+@inline
+def _widen(src, o, n, dst):
+    """dst[:n] = the float32 values of the float16 bits src[o:o+n] (exact)."""
+    for i in range(0, n - n % LANES, LANES):
+        store16(dst, i, hload16(src, o + i))
+    for i in range(n - n % LANES, n):
+        dst[i] = hload1(src, o + i)
 
 
 @inline
@@ -68,7 +101,7 @@ def _prefetch(tile, ks, vs, seg, pos, li, n_kv, hd):
     tile reads a few KiB that the weight stream evicted, too little for the hardware prefetcher to
     find its stride before the tile ends."""
     kf, vf, base = _cache_rows(tile, ks, vs, seg, li, n_kv, hd)
-    for o in range(base, base + (pos[tile[0] + tile[1] - 1] + 1) * hd, 16):
+    for o in range(base, base + (pos[tile[0] + tile[1] - 1] + 1) * hd, LINE):
         prefetch_l2(kf, o)
         prefetch_l2(vf, o)
 
@@ -98,7 +131,7 @@ def _tiles(seg, n_head, n_kv):
 
 
 @inline
-def _tile(q, kf, vf, base, tile, pos, out, qt, sc, tmp, lanes, who):
+def _tile(q, kf, vf, base, tile, pos, out, qt, sc, buf, acc, lanes, who):
     """One tile's queries (rows r0..r0+nr, heads h0..h0+nh of one kv head) over the cache rows that
     start at kf/vf[base]."""
     r0, nr, h0, nh = tile[0], tile[1], tile[3], tile[4]
@@ -111,19 +144,30 @@ def _tile(q, kf, vf, base, tile, pos, out, qt, sc, tmp, lanes, who):
         for d in range(hd):
             qt[d * LANES + lane] = q[rows[lane], heads[lane], d]
     length = pos[r0:r0 + nr].max() + 1  # the positions the tile's longest row reads
-    scale = np.float32(1.0 / np.sqrt(hd))
-    for j in range(0, length - length % UNROLL, UNROLL):
-        _scores8(qt, kf, base + j * hd, hd, scale, sc, j)
-    for j in range(length - length % UNROLL, length):
-        _score1(qt, kf, base + j * hd, hd, scale, sc, j)
+    for c0 in range(0, length, CHUNK):
+        m = min(CHUNK, length - c0)
+        _widen(kf, base + c0 * hd, m * hd, buf)
+        _chunk_scores(qt, buf, m, hd, sc, c0)
     _softmax(sc, length, rows, nl, pos, lanes, who[2])
-    inv = lanes  # [16] 1 / each lane's sum of weights
-    for d in range(0, hd - hd % UNROLL, UNROLL):
-        _values8(sc, vf, base + d, hd, length, tmp)
-        _put(tmp, UNROLL, inv, out, rows, heads, nl, hd, d)
-    for d in range(hd - hd % UNROLL, hd):
-        _value1(sc, vf, base + d, hd, length, tmp)
-        _put(tmp, 1, inv, out, rows, heads, nl, hd, d)
+    acc[:] = 0.0
+    for c0 in range(0, length, CHUNK):
+        m = min(CHUNK, length - c0)
+        _widen(vf, base + c0 * hd, m * hd, buf)
+        for d in range(0, hd - hd % UNROLL, UNROLL):
+            _values8(sc, buf, d, hd, c0, m, acc)
+        for d in range(hd - hd % UNROLL, hd):
+            _value1(sc, buf, d, hd, c0, m, acc)
+    _put(acc, lanes, out, rows, heads, nl, hd)
+
+
+@inline
+def _chunk_scores(qt, buf, m, hd, sc, c0):
+    """sc[c0..c0+m, lanes]: the m widened keys in buf against every lane's query."""
+    scale = np.float32(1.0 / np.sqrt(hd))
+    for j in range(0, m - m % UNROLL, UNROLL):
+        _scores8(qt, buf, j * hd, hd, scale, sc, c0 + j)
+    for j in range(m - m % UNROLL, m):
+        _score1(qt, buf, j * hd, hd, scale, sc, c0 + j)
 
 
 @inline
@@ -185,32 +229,36 @@ def _softmax(sc, length, rows, nl, pos, lanes, ends):
 
 
 @inline
-def _values8(sc, vf, vb, hd, length, tmp):
-    """tmp[8, lanes]: Σ_j weight[j, lane]·v[j, c] for the 8 value columns c starting at vf[vb]."""
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = fzero16()
-    for j in range(length):
-        w = fload16(sc, j * LANES)  # [16] weights of position j
-        o = vb + j * hd
-        a0, a1 = vfma16(w, fbcast16(vf, o), a0), vfma16(w, fbcast16(vf, o + 1), a1)
-        a2, a3 = vfma16(w, fbcast16(vf, o + 2), a2), vfma16(w, fbcast16(vf, o + 3), a3)
-        a4, a5 = vfma16(w, fbcast16(vf, o + 4), a4), vfma16(w, fbcast16(vf, o + 5), a5)
-        a6, a7 = vfma16(w, fbcast16(vf, o + 6), a6), vfma16(w, fbcast16(vf, o + 7), a7)
+def _values8(sc, buf, d, hd, c0, m, acc):
+    """acc[d..d+8, lanes] += Σ_j weight[c0 + j, lane]·v[j, c] over the chunk's m widened values in buf, in
+    position order (the sums carry from chunk to chunk, so chunking leaves every fma chain as it was)."""
+    a0, a1 = fload16(acc, d * LANES), fload16(acc, (d + 1) * LANES)
+    a2, a3 = fload16(acc, (d + 2) * LANES), fload16(acc, (d + 3) * LANES)
+    a4, a5 = fload16(acc, (d + 4) * LANES), fload16(acc, (d + 5) * LANES)
+    a6, a7 = fload16(acc, (d + 6) * LANES), fload16(acc, (d + 7) * LANES)
+    for j in range(m):
+        w = fload16(sc, (c0 + j) * LANES)  # [16] weights of position c0 + j
+        o = j * hd + d
+        a0, a1 = vfma16(w, fbcast16(buf, o), a0), vfma16(w, fbcast16(buf, o + 1), a1)
+        a2, a3 = vfma16(w, fbcast16(buf, o + 2), a2), vfma16(w, fbcast16(buf, o + 3), a3)
+        a4, a5 = vfma16(w, fbcast16(buf, o + 4), a4), vfma16(w, fbcast16(buf, o + 5), a5)
+        a6, a7 = vfma16(w, fbcast16(buf, o + 6), a6), vfma16(w, fbcast16(buf, o + 7), a7)
     for k, a in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
-        store16(tmp, k * LANES, a)
+        store16(acc, (d + k) * LANES, a)
 
 
 @inline
-def _value1(sc, vf, vb, hd, length, tmp):
-    """`_values8` for the one column at vf[vb]."""
-    a = fzero16()
-    for j in range(length):
-        a = vfma16(fload16(sc, j * LANES), fbcast16(vf, vb + j * hd), a)
-    store16(tmp, 0, a)
+def _value1(sc, buf, d, hd, c0, m, acc):
+    """`_values8` for the one column d."""
+    a = fload16(acc, d * LANES)
+    for j in range(m):
+        a = vfma16(fload16(sc, (c0 + j) * LANES), fbcast16(buf, j * hd + d), a)
+    store16(acc, d * LANES, a)
 
 
 @inline
-def _put(tmp, cols, inv, out, rows, heads, nl, hd, d):
-    """out[row, head·hd + d + c] = tmp[c, lane]·inv[lane] for each used lane and c < cols."""
-    for c in range(cols):
+def _put(acc, inv, out, rows, heads, nl, hd):
+    """out[row, head·hd + c] = acc[c, lane]·inv[lane] for each used lane and column c."""
+    for c in range(hd):
         for lane in range(nl):
-            out[rows[lane], heads[lane] * hd + d + c] = tmp[c * LANES + lane] * inv[lane]
+            out[rows[lane], heads[lane] * hd + c] = acc[c * LANES + lane] * inv[lane]

@@ -91,3 +91,43 @@ def qround16(typingctx, x, xi, inv, q, qi):
 
 
 isum16 = reduction("isum16", "llvm.vector.reduce.add.v16i32", types.int32, "Σ of 16 int32 lanes (exact).")
+
+
+_HALF = ir.HalfType()
+_V16H = ir.VectorType(_HALF, 16)
+
+
+@intrinsic
+def hload16(typingctx, ary, idx):
+    """ary[idx:idx+16] of a uint16 array holding float16 bits, widened to float32 (exact)."""
+    def codegen(context, builder, sig, args):
+        h = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16H), align=2)
+        return builder.fpext(h, _V16F)
+    return F32X16(ary, idx), codegen
+
+
+@intrinsic
+def hstore16(typingctx, ary, idx, v):
+    """ary[idx:idx+16] of a uint16 array = the float16 bits of v's lanes, rounded to nearest even."""
+    def codegen(context, builder, sig, args):
+        builder.store(builder.fptrunc(args[2], _V16H), _ptr(context, builder, sig.args[0], args[0], args[1], _V16H),
+                      align=2)
+        return context.get_dummy_value()
+    return types.none(ary, idx, v), codegen
+
+
+@intrinsic
+def hload1(typingctx, ary, idx):
+    """ary[idx] of a uint16 array holding float16 bits, as float32."""
+    def codegen(context, builder, sig, args):
+        return builder.fpext(builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _HALF)), _F32)
+    return types.float32(ary, idx), codegen
+
+
+@intrinsic
+def hstore1(typingctx, ary, idx, x):
+    """ary[idx] of a uint16 array = the float16 bits of float32 x, rounded to nearest even."""
+    def codegen(context, builder, sig, args):
+        builder.store(builder.fptrunc(args[2], _HALF), _ptr(context, builder, sig.args[0], args[0], args[1], _HALF))
+        return context.get_dummy_value()
+    return types.none(ary, idx, types.float32), codegen

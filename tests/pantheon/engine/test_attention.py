@@ -8,8 +8,10 @@ H, KV, HD = 4, 2, 16
 
 
 def _reference(q, k, v, p0):
-    """float64 causal GQA: q [s, H, hd] at positions p0.. over k, v [KV, L, hd] -> [s, H*hd]."""
+    """float64 causal GQA: q [s, H, hd] at positions p0.. over k, v [KV, L, hd], rounded to float16 as the
+    caches hold them -> [s, H*hd]."""
     s, out = q.shape[0], np.zeros((q.shape[0], H, HD))  # [s, H, hd]
+    k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)  # [KV, L, hd]
     for i in range(s):
         for h in range(H):
             kk, vv = k[h // (H // KV), :p0 + i + 1].astype(np.float64), v[h // (H // KV), :p0 + i + 1]  # [len, hd]
@@ -35,7 +37,7 @@ def test_a_step_of_several_sequences_stores_their_keys_and_gives_each_the_bits_i
     rows = np.cumsum([0] + new)
     for s, c in enumerate(caches):
         a, b = rows[s], rows[s + 1]
-        np.testing.assert_array_equal(c.k[1, :, len(c):len(c) + new[s]], k[a:b].transpose(1, 0, 2))
+        np.testing.assert_array_equal(c.k[1, :, len(c):len(c) + new[s]], k[a:b].transpose(1, 0, 2).astype(np.float16))
         alone = attend_step(StepLayout([c], [new[s]]), 1, q[a:b], k[a:b], v[a:b])
         np.testing.assert_array_equal(alone, together[a:b])
         want = _reference(q[a:b], c.k[1, :, :len(c) + new[s]], c.v[1, :, :len(c) + new[s]], len(c))
@@ -43,7 +45,7 @@ def test_a_step_of_several_sequences_stores_their_keys_and_gives_each_the_bits_i
 
 
 class _Cache:
-    """The two fields attention reads of a KVCache: k, v [n_layer, KV, capacity, hd], and a length."""
+    """The two fields attention reads of a KVCache: k, v float16 [n_layer, KV, capacity, hd], and a length."""
 
     def __init__(self, k, v, n):
         self.k, self.v, self.n = k, v, n
@@ -53,5 +55,5 @@ class _Cache:
 
 
 def _cache(rng, n):
-    k, v = (rng.standard_normal((2, KV, 16, HD)).astype(np.float32) for _ in range(2))  # [layers, KV, 16, hd]
+    k, v = (rng.standard_normal((2, KV, 16, HD)).astype(np.float16) for _ in range(2))  # [layers, KV, 16, hd]
     return _Cache(k, v, n)

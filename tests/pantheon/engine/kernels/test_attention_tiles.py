@@ -1,10 +1,11 @@
-"""Tiled attention: every head grouping against a float64 softmax, and a row's bits whatever shares its tile."""
+"""Tiled attention: every head grouping against a float64 softmax over the float16 caches' values, and a
+row's bits whatever shares its tile."""
 
 import numpy as np
 import pytest
 from numba.typed import List
 
-from pantheon.engine.kernels.attention_tiles import store_and_attend
+from pantheon.engine.kernels.attention_tiles import CHUNK, store_and_attend
 
 # (heads, kv heads, head dim): 2 heads per kv head; 8 (two rows per tile); 3 with a 12-wide head (five
 # rows, one lane unused, columns past the last 8); 20 (one row in tiles of 16 and 4 heads); no grouping.
@@ -12,8 +13,14 @@ SHAPES = [(4, 2, 16), (32, 4, 64), (6, 2, 12), (40, 2, 8), (3, 3, 24)]
 
 
 def _caches(rng, kv, hd, capacity, n_layer=2):
-    """One sequence's k, v caches [n_layer, KV, capacity, hd] holding random earlier positions."""
-    return [rng.standard_normal((n_layer, kv, capacity, hd)).astype(np.float32) for _ in range(2)]
+    """One sequence's k, v caches [n_layer, KV, capacity, hd] holding random earlier positions, as the
+    kernel takes them: float16 bits in uint16."""
+    return [rng.standard_normal((n_layer, kv, capacity, hd)).astype(np.float16).view(np.uint16) for _ in range(2)]
+
+
+def _values(cache):
+    """float64 values of a cache's float16 bits."""
+    return cache.view(np.float16).astype(np.float64)
 
 
 def _run(q, k, v, kc, vc, p0, li=1, threads=2):
@@ -32,10 +39,10 @@ def _reference(q, kc, vc, p0, li=1):
     out = np.zeros((n, heads, hd))  # [rows, H, hd]
     for i in range(n):
         for h in range(heads):
-            keys = kc[li, h // g, :p0 + i + 1].astype(np.float64)  # [len, hd]
+            keys = _values(kc)[li, h // g, :p0 + i + 1]  # [len, hd]
             s = keys @ q[i, h] / np.sqrt(hd)  # [len]
             w = np.exp(s - s.max())  # [len]
-            out[i, h] = w @ vc[li, h // g, :p0 + i + 1] / w.sum()
+            out[i, h] = w @ _values(vc)[li, h // g, :p0 + i + 1] / w.sum()
     return out.reshape(n, heads * hd)
 
 
@@ -51,21 +58,35 @@ def test_every_head_grouping_matches_float64(heads, kv, hd):
     kc, vc = _caches(rng, kv, hd, 40)
     q, k, v = _step(rng, heads, kv, hd, 21)
     got = _run(q, k, v, kc, vc, p0=5)
-    np.testing.assert_array_equal(kc[1, :, 5:26], k.transpose(1, 0, 2))
+    np.testing.assert_array_equal(kc[1, :, 5:26], k.transpose(1, 0, 2).astype(np.float16).view(np.uint16))
+    np.testing.assert_array_equal(vc[1, :, 5:26], v.transpose(1, 0, 2).astype(np.float16).view(np.uint16))
     np.testing.assert_allclose(got, _reference(q, kc, vc, 5), rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("p0", [3, CHUNK - 10])
 @pytest.mark.parametrize("heads,kv,hd", [(32, 4, 64), (6, 2, 12), (40, 2, 8)])
-def test_a_prefill_row_gets_the_bits_it_gets_decoded_alone(heads, kv, hd):
-    """19 rows in one call (tiles of several rows, lanes with different lengths) against the same rows
-    one call each, extending the cache as decoding does, on one thread and on two."""
+def test_a_prefill_row_gets_the_bits_it_gets_decoded_alone(heads, kv, hd, p0):
+    """19 rows in one call (tiles of several rows, lanes with different lengths; from p0 = CHUNK - 10 they
+    straddle a chunk of widened positions) against the same rows one call each, extending the cache as
+    decoding does, on one thread and on two."""
     rng = np.random.default_rng(7)
-    kc, vc = _caches(rng, kv, hd, 32)
+    kc, vc = _caches(rng, kv, hd, p0 + 29)
     q, k, v = _step(rng, heads, kv, hd, 19)
-    together = _run(q, k, v, kc.copy(), vc.copy(), p0=3)
-    alone = np.concatenate([_run(q[i:i + 1], k[i:i + 1], v[i:i + 1], kc, vc, p0=3 + i, threads=1)
+    together = _run(q, k, v, kc.copy(), vc.copy(), p0=p0)
+    alone = np.concatenate([_run(q[i:i + 1], k[i:i + 1], v[i:i + 1], kc, vc, p0=p0 + i, threads=1)
                             for i in range(19)])
     np.testing.assert_array_equal(together, alone)
+
+
+@pytest.mark.parametrize("heads,kv,hd", [(32, 4, 64), (6, 2, 12)])
+def test_rows_reading_several_chunks_of_positions_match_float64(heads, kv, hd):
+    """Rows at 2·CHUNK + 5.. read three chunks of widened keys and values, the last one ragged: scores of
+    every chunk enter one softmax, and value sums carry from chunk to chunk."""
+    rng = np.random.default_rng(11)
+    p0 = 2 * CHUNK + 5
+    kc, vc = _caches(rng, kv, hd, p0 + 8)
+    q, k, v = _step(rng, heads, kv, hd, 3)
+    np.testing.assert_allclose(_run(q, k, v, kc, vc, p0=p0), _reference(q, kc, vc, p0), rtol=2e-5, atol=2e-6)
 
 
 def test_sequences_of_one_step_each_get_their_own_keys():
@@ -91,7 +112,7 @@ def test_a_dominant_first_key_neither_overflows_nor_is_missed():
     kc, vc = _caches(rng, kv, hd, 16)
     q, k, v = _step(rng, heads, kv, hd, 3)
     q = np.abs(q)  # every query positive, so a positive first key dominates
-    kc[1, :, 0] = 30.0
+    kc[1, :, 0] = np.float16(30.0).view(np.uint16)
     got = _run(q, k, v, kc, vc, p0=4)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, _reference(q, kc, vc, 4), rtol=2e-5, atol=2e-6)
