@@ -158,7 +158,7 @@ def test_catalog_math_when_the_header_cannot_be_read(tmp_path):
     gate._spec_from_config(spec, None, None)
     result = gate.run_gates(spec, ("cpu0",), 8192, 1, None, (64 << 30, None), {})
     assert result.confidence == gate.MEDIUM and result.action == gate.ACCEPT
-    assert result.estimate.kv_per_token == 2 * 36 * 8 * 128 * 4           # Qwen3-8B from the catalog
+    assert result.estimate.kv_per_token == 2 * 36 * 8 * 128 * 2           # Qwen3-8B from the catalog
     assert [g[2] for g in result.gates] == ["UNCONFIRMED", "SKIP", "FITS", "ACCEPT?"]
     shutil.rmtree(tmp_path, ignore_errors=True)
 

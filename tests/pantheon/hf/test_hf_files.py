@@ -122,7 +122,7 @@ def test_fit_reads_config_json(tmp_path, model_type):
     g = write_gguf(tmp_path / "m.gguf", cfg, weights)
     hf_est, gguf_est = estimate(d, ctx=256, slots=2), estimate(g, ctx=256, slots=2)
     hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    assert hf_est.kv_per_token == 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * hd * 4  # f32 K and V
+    assert hf_est.kv_per_token == 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * hd * 2  # f16 K and V
     assert hf_est.ctx == 256 and hf_est.file_weights == gguf_est.file_weights
     assert hf_est.parts() == gguf_est.parts()
     assert estimate(d, quantize=True).weights < hf_est.weights

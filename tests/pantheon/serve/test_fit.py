@@ -277,10 +277,10 @@ def test_tinyllama_shaped_worked_example(tmp_path):
     per_layer = 2048 * (2 * 2048 + 2 * 256 + 3 * 5632) // block * size + 2 * 2048 * 4
     assert tensor_bytes == 2 * 32000 * 2048 // block * size + 22 * per_layer + 2048 * 4
     est = estimate(path, ctx=2048, slots=4, sessions=8)
-    assert est.kv_per_token == 2 * 22 * 4 * 64 * 4 == 45056
-    assert est.kv_slots == 4 * 2048 * 45056 and est.kv_sessions == 8 * 2048 * 45056
+    assert est.kv_per_token == 2 * 22 * 4 * 64 * 2 == 22528  # float16 keys and values
+    assert est.kv_slots == 4 * 2048 * 22528 and est.kv_sessions == 8 * 2048 * 22528
     activations = 4 * (256 + 4) * (2048 + 2048 + 5632) * 4
-    assert est.compute == activations + 4 * 32000 * 4 + (64 << 20) + 1024 * 45056
+    assert est.compute == activations + 4 * 32000 * 4 + (64 << 20) + 1024 * 22528
     assert est.headroom == int(0.1 * est.need) + HEADROOM_BYTES
 
 
