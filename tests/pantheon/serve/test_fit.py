@@ -186,8 +186,8 @@ def test_huge_context_and_slots_do_not_fit(tmp_path):
                    set_keys={"llama.context_length": (1 << 20, GGUFValueType.UINT32)})
     est = estimate(path, ctx=1 << 20, slots=8)
     assert est.ctx == 1 << 20 and est.kv_slots == 8 * (1 << 20) * est.kv_per_token
-    assert est.kv_slots == 4 * GiB  # 512 bytes a position
-    assert verdict(est, 4 * GiB).kind == DOES_NOT_FIT
+    assert est.kv_slots == 2 * GiB  # 256 bytes a position (float16 keys and values)
+    assert verdict(est, 2 * GiB).kind == DOES_NOT_FIT
 
 
 def test_unknown_architecture_is_refused_with_its_name(tmp_path):
