@@ -89,9 +89,10 @@ PREFETCH_BYTES = 4096
 
 
 def _prefetcher(locality, doc):
-    """A prefetch intrinsic (ary, off): ask for the cache line at byte `off` of a 1-D array's data, for
-    reading soon, into the cache levels `locality` names (3: all, L1 included; 2: L2 and out). `off` may
-    lie past the array's end (the next rows of a weight, or nothing): a prefetch never faults."""
+    """A prefetch intrinsic (ary, off): ask for the cache line holding element `off` of a 1-D array's data
+    (a byte offset for the uint8 weights, a float16 index for the KV caches' uint16 bits), for reading
+    soon, into the cache levels `locality` names (3: all, L1 included; 2: L2 and out). `off` may lie past
+    the array's end (the next rows of a weight, or nothing): a prefetch never faults."""
     def typer(typingctx, ary, off):
         def codegen(context, builder, sig, args):
             data = context.make_array(sig.args[0])(context, builder, args[0]).data
