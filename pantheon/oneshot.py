@@ -9,7 +9,8 @@ from pantheon import open_model
 from pantheon.demo import demo_model_path
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
-from pantheon.serve.settings import DEFAULT_CTX_CAP, repack_from_env
+from pantheon.serve.environment import repack_from_env
+from pantheon.serve.limits import DEFAULT_CTX_CAP
 from pantheon.text.detokenize import Detokenizer
 from pantheon.text.prompting import PromptBuilder
 

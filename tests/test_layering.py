@@ -31,7 +31,8 @@ INTERNAL = {
                        "pantheon.engine.sampler", "pantheon.engine.sizes", "pantheon.engine.cuda.sizing"),
     # the admin client: settings, the fit estimate and host memory; GGUF headers (pull, catalog, gates)
     "pantheon.ctl": ("pantheon.ctl", "pantheon.errors", "pantheon.gguf", "pantheon.hf", "pantheon.source",
-                     "pantheon.serve.settings", "pantheon.serve.fit", "pantheon.serve.memory"),
+                     "pantheon.serve.settings", "pantheon.serve.limits", "pantheon.serve.flag_values",
+                     "pantheon.serve.environment", "pantheon.serve.fit", "pantheon.serve.memory"),
     "pantheon.demo": (),
     # the library facade and the one-process CLI join every layer for their users
     "pantheon": ("pantheon",),
@@ -78,9 +79,9 @@ LAZY = {
                                                   "HF model",
     ("pantheon.cli", "pantheon.oneshot"): "`pantheon router` shares this entry point and must not load numba",
     ("pantheon.cli", "pantheon.router.main"): "as pantheon.oneshot: each subcommand loads only its own side",
-    ("pantheon.serve.settings", "pantheon.text.chat"): "pantheon router and pantheon-ctl read settings; Jinja "
-                                                       "loads only when a --chat-template is given",
-    ("pantheon.serve.settings", "pantheon.text.named_templates"): "as pantheon.text.chat",
+    ("pantheon.serve.flag_values", "pantheon.text.chat"): "pantheon router and pantheon-ctl parse flags; Jinja "
+                                                          "loads only when a --chat-template is given",
+    ("pantheon.serve.flag_values", "pantheon.text.named_templates"): "as pantheon.text.chat",
     ("pantheon.convert", "torch"): "torch is the optional 'convert' extra; --help works without it",
     ("pantheon.convert", "pickle"): "only to name the error a refused checkpoint raises",
     ("pantheon.convert", "safetensors.torch"): "needs torch, the optional 'convert' extra",

@@ -9,7 +9,8 @@ import itertools
 import time
 
 from pantheon.errors import UsageError
-from pantheon.serve.settings import DEFAULT_CTX_CAP, ModelSpec, batch_slots_of, context_size
+from pantheon.serve.limits import DEFAULT_CTX_CAP
+from pantheon.serve.settings import ModelSpec, batch_slots_of, context_size
 from pantheon.source import model_config
 from workers.tables import (DIE_FAILED, DIE_UP, MAX_SLOTS, SLOT_EMPTY, SLOT_FAILED, SLOT_LOADED, SLOT_LOADING,
                             SLOT_STATES, SLOT_UNLOADING, text)

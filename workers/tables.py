@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from pantheon.serve.settings import MAX_NAME_BYTES, MAX_PATH_BYTES
+from pantheon.serve.limits import MAX_NAME_BYTES, MAX_PATH_BYTES
 
 MAX_SLOTS = 16
 REASON_BYTES = 256  # a slot's failure reason is a message: cut to this many bytes, on a character boundary

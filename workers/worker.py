@@ -13,7 +13,8 @@ from pantheon.engine.model import open_model
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from pantheon.engine.warmup import warm_up
 from pantheon.errors import PantheonError, UnsupportedDevice
-from pantheon.serve.settings import Operations, context_size
+from pantheon.serve.environment import Operations
+from pantheon.serve.settings import context_size
 from workers import protocol
 from workers.protocol import ErrorCode, Kind
 from workers.lifecycle import heartbeat_interval

@@ -13,8 +13,9 @@ from pantheon.ctl.client import DEFAULT_HTTP_TIMEOUT, AdminClient, AdminError, R
 from pantheon.ctl.fit import fit_text, fit_report
 from pantheon.ctl.ops_cli import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, OPS_RUNNERS, ops_commands
 from pantheon.errors import UsageError
-from pantheon.serve.settings import (DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, MAX_BATCH_SLOTS, MAX_CTX_CAP,
-                               HelpRequested, int_in, next_option, parse_dies, parse_id, parse_path, parse_secret)
+from pantheon.serve.flag_values import int_in, parse_dies, parse_id, parse_path, parse_secret
+from pantheon.serve.limits import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, MAX_BATCH_SLOTS, MAX_CTX_CAP
+from pantheon.serve.settings import HelpRequested, next_option
 
 PROG = "pantheon-ctl"
 URL_ENV = "PANTHEON_URL"

@@ -5,7 +5,8 @@ import dataclasses
 from pantheon.ctl.bench import run_bench as bench
 from pantheon.ctl.pull import run_pull as pull
 from pantheon.ctl.verify import run_verify as verify
-from pantheon.serve.settings import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, int_in, parse_id, parse_path
+from pantheon.serve.flag_values import int_in, parse_id, parse_path
+from pantheon.serve.limits import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES
 
 HF_ENDPOINT_ENV = "HF_ENDPOINT"
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pantheon.errors import UsageError
-from pantheon.serve.settings import parse_host, parse_secret, read_key_file, registry_token_from_env
+from pantheon.serve.environment import registry_token_from_env
+from pantheon.serve.flag_values import parse_host, parse_secret, read_key_file
 
 DEFAULT_PORT = 8000
 MAX_MODELS = 64

@@ -10,7 +10,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Optional
 
-from pantheon.serve import settings
+from pantheon.serve import environment
 from pantheon.errors import UsageError
 
 _GPU_UUID = re.compile(r"GPU-[0-9A-Za-z-]+")
@@ -172,7 +172,7 @@ def discover_dies(cpu_dies_n, nvml=None, environ=None, cores=None):
     environ = os.environ if environ is None else environ
     cores = os.sched_getaffinity(0) if cores is None else cores
     dies = cpu_dies(cpu_dies_n, cores)
-    visible = settings.cuda_visible_devices(environ)
+    visible = environment.cuda_visible_devices(environ)
     dies.update(_with_nvml(nvml, lambda n: cuda_dies(n, visible), {}))
     return dies
 

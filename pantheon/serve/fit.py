@@ -10,7 +10,7 @@ from pantheon.engine.sizes import KV_ELEMENT_BYTES, PREFILL_CHUNK, TILE_BYTES
 from pantheon.errors import GGUFError, MissingTensor, UsageError
 from pantheon.gguf.ggml import FLOAT_TYPES, Q8_0_BLOCK, Q8_0_BLOCK_BYTES, float_size
 from pantheon.serve.dies import die_memory, discover_dies
-from pantheon.serve.settings import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP
+from pantheon.serve.limits import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP
 from pantheon.serve.memory import MemInfo, MiB, PressureLevel, Thresholds, available_ram, level_for
 from pantheon.source import open_files
 

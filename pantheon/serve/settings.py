@@ -1,47 +1,23 @@
-"""Every `pantheon-serve` flag and environment variable, parsed once into frozen config objects."""
+"""Every `pantheon-serve` flag in one table, parsed once (with the environment's aliases) into frozen config objects."""
 
 import difflib
-import ipaddress
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
-from urllib.parse import urlsplit
 
 from pantheon import demo
-from pantheon.errors import TemplateError, UsageError
-
-MAX_MODELS = 16            # the reference's MR_MAX_MODELS
-MAX_DIES_PER_MODEL = 8     # the reference's PN_MODEL_MAX_DIES
-MAX_CTX_CAP = 1 << 20
-MAX_BATCH_SLOTS = 8        # the reference's BS_MAX_USERS
-MAX_HTTP_WORKERS = 64
-MAX_SESSIONS_LIMIT = 1024
-MAX_CPU_DIES = 1024
-MAX_NAME_BYTES = 64        # a served model id, as stored in the shared slot table
-MAX_PATH_BYTES = 1024      # a model path, as stored in the shared slot table
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
-DEFAULT_HTTP_WORKERS = 2
-DEFAULT_BATCH_SLOTS = 4
-DEFAULT_CPU_DIES = 1
-DEFAULT_CTX_CAP = 4096     # what `--ctx-cap 0` resolves to
-DEFAULT_MAX_SESSIONS = 8   # what `--max-sessions 0` resolves to
-DEFAULT_DIES = ("cpu0",)
-DEFAULT_CONNECTION_LIMIT = 1000  # open sockets per HTTP front; idle ones cost a file descriptor, no thread
-DEFAULT_HTTP_THREADS = 32        # requests served at once per front (a stream holds one for its life)
-DEFAULT_IDLE_TIMEOUT = 60        # seconds a connection may sit idle between requests
-DEFAULT_HEADER_TIMEOUT = 10      # seconds from a request's first byte to the end of its headers
-DEFAULT_BODY_LIMIT = 16 * 2**20  # bytes per request body
-
-BATCH_SLOTS_ENV = "QWEN35_BATCH_SLOTS"
-
-_DIGITS = re.compile(r"[0-9]{1,12}")
-_NEGATIVE = re.compile(r"-[0-9]+")
-_PRINTABLE = re.compile(r"[\x21-\x7e]{1,4096}")   # ids and secrets: printable ASCII, no spaces
-_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
-_DIE = re.compile(r"(cpu|cuda)?(0|[1-9][0-9]{0,5})")
+from pantheon.errors import UsageError
+from pantheon.serve.environment import (BATCH_SLOTS_ENV, REGISTRY_TOKEN_ENV, REGISTRY_URL_ENV, Operations,
+                                        batch_slots_from_env, operations_from_env, registry_token_from_env)
+from pantheon.serve.flag_values import (int_in, named_template, parse_address, parse_dies, parse_dir, parse_host,
+                                        parse_id, parse_model_path, parse_origin, parse_path,
+                                        parse_reasoning_format, parse_secret, parse_url, read_key_file,
+                                        read_template_file)
+from pantheon.serve.limits import (DEFAULT_BATCH_SLOTS, DEFAULT_BODY_LIMIT, DEFAULT_CONNECTION_LIMIT,
+                                   DEFAULT_CPU_DIES, DEFAULT_CTX_CAP, DEFAULT_DIES, DEFAULT_HEADER_TIMEOUT,
+                                   DEFAULT_HOST, DEFAULT_HTTP_THREADS, DEFAULT_HTTP_WORKERS, DEFAULT_IDLE_TIMEOUT,
+                                   DEFAULT_MAX_SESSIONS, DEFAULT_PORT, MAX_BATCH_SLOTS, MAX_CPU_DIES, MAX_CTX_CAP,
+                                   MAX_DIES_PER_MODEL, MAX_HTTP_WORKERS, MAX_MODELS, MAX_SESSIONS_LIMIT)
 
 
 class HelpRequested(Exception):
@@ -113,175 +89,6 @@ class Registry:
     url: str                 # the router's base URL, e.g. http://10.0.0.5:8000
     token: Optional[str]     # the router's shared registry token
     advertise: str           # host:port the router's proxy reaches this instance at (resolved in the front)
-
-
-# ---- value parsers: (flag, text) -> value, raising UsageError that names the flag and the text
-
-
-def int_in(lo, hi):
-    """A parser for a whole decimal number in lo..hi (no sign, no spaces, no hex, no underscores)."""
-
-    def parse(flag, text):
-        if _NEGATIVE.fullmatch(text):
-            raise UsageError(f"{flag} {text}: must not be negative (expected {lo}..{hi})")
-        if not _DIGITS.fullmatch(text):
-            raise UsageError(f"{flag} {text!r}: expected a whole number in {lo}..{hi}")
-        value = int(text, 10)
-        if not lo <= value <= hi:
-            raise UsageError(f"{flag} {text}: out of range {lo}..{hi}")
-        return value
-
-    return parse
-
-
-def parse_host(flag, text):
-    """An IPv4/IPv6 literal (brackets around IPv6 allowed) or 'localhost'."""
-    if text == "localhost":
-        return text
-    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
-    try:
-        ipaddress.ip_address(bare)
-    except ValueError:
-        raise UsageError(f"{flag} {text!r}: not an IPv4/IPv6 address literal or 'localhost'") from None
-    return bare
-
-
-def parse_id(flag, text):
-    """A served model id: 1-64 printable ASCII characters, no spaces."""
-    if not _PRINTABLE.fullmatch(text):
-        raise UsageError(f"{flag} {text!r}: a model id is printable ASCII without spaces, not empty")
-    if len(text) > MAX_NAME_BYTES:
-        raise UsageError(f"{flag} {text[:20]!r}...: a model id is at most {MAX_NAME_BYTES} characters, "
-                         f"got {len(text)}")
-    return text
-
-
-def parse_path(flag, text):
-    if not text or "\0" in text:
-        raise UsageError(f"{flag} {text!r}: expected a file path")
-    return text
-
-
-def parse_url(flag, text):
-    """An http:// URL with a host (the router's base URL; no path beyond '/')."""
-    parts = urlsplit(text)
-    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
-        raise UsageError(f"{flag} {text!r}: expected http://HOST:PORT (the router's address)")
-    return text.rstrip("/")
-
-
-def parse_address(flag, text):
-    """HOST:PORT as the router should dial it (IPv6 in brackets)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not _DIGITS.fullmatch(port) or not 0 < int(port) < 65536 or " " in host:
-        raise UsageError(f"{flag} {text!r}: expected HOST:PORT")
-    return text
-
-
-def parse_model_path(flag, text):
-    """A model file path that fits the slot table: at most MAX_PATH_BYTES bytes of UTF-8."""
-    size = len(parse_path(flag, text).encode("utf-8", "surrogateescape"))
-    if size > MAX_PATH_BYTES:
-        raise UsageError(f"{flag} {text[:40]!r}...: a model path is at most {MAX_PATH_BYTES} bytes, got {size}")
-    return text
-
-
-def parse_dir(flag, text):
-    if not os.path.isdir(parse_path(flag, text)):
-        raise UsageError(f"{flag} {text!r}: not a directory")
-    return text
-
-
-def parse_secret(flag, text):
-    """A key or token; the message never echoes it."""
-    if not _PRINTABLE.fullmatch(text):
-        raise UsageError(f"{flag}: a key is 1-4096 printable ASCII characters without spaces (value not shown)")
-    return text
-
-
-def parse_origin(flag, text):
-    """'*' or a browser origin: scheme://host[:port], nothing after it."""
-    if text == "*" or _ORIGIN.fullmatch(text):
-        return text
-    raise UsageError(f"{flag} {text!r}: expected * or an origin such as https://app.example:8443")
-
-
-def read_template_file(flag, path):
-    """The Jinja text of a chat template file, compiled once here so a broken one refuses to start."""
-    try:
-        with open(parse_path(flag, path), encoding="utf-8") as f:
-            source = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{flag} {path!r}: cannot read: {e}") from None
-    return _compiled(f"{flag} {path!r}", source)
-
-
-def _compiled(where, source):
-    from pantheon.text.chat import ChatTemplate
-
-    try:
-        ChatTemplate(source)
-    except TemplateError as e:
-        raise UsageError(f"{where}: not a usable chat template: {e}") from None
-    return source
-
-
-def _named_template(value, jinja):
-    from pantheon.text.named_templates import NAMED
-
-    if value in NAMED:
-        return NAMED[value]
-    if jinja and ("{{" in value or "{%" in value):
-        return _compiled("--chat-template", value)
-    raise UsageError(f"--chat-template {value!r}: expected one of {', '.join(sorted(NAMED))}"
-                     " (or, with --jinja, a Jinja template)")
-
-
-def parse_reasoning_format(flag, text):
-    if text not in ("auto", "deepseek", "none"):
-        raise UsageError(f"{flag} {text!r}: expected auto, deepseek or none")
-    return text
-
-
-def parse_dies(flag, text):
-    """'0,1' / 'cuda0' / 'cpu1' -> canonical names ('cuda0', 'cuda1', 'cpu1'); plain numbers are CUDA."""
-    tokens = [t.strip() for t in text.split(",")]
-    names = tuple(_die_name(flag, text, t) for t in tokens)
-    if len(set(names)) != len(names):
-        raise UsageError(f"{flag} {text!r}: a die is named twice")
-    if len(names) > MAX_DIES_PER_MODEL:
-        raise UsageError(f"{flag} {text!r}: at most {MAX_DIES_PER_MODEL} dies per model, got {len(names)}")
-    if len({n.startswith("cpu") for n in names}) > 1:
-        raise UsageError(f"{flag} {text!r}: a model runs on CPU dies or on CUDA dies, not both")
-    return names
-
-
-def _die_name(flag, text, token):
-    m = _DIE.fullmatch(token)
-    if m is None:
-        what = "an empty entry" if not token else f"{token!r} is not a die"
-        raise UsageError(f"{flag} {text!r}: {what} (write cpuN for a CPU die, N or cudaN for a CUDA die)")
-    return f"{m[1] or 'cuda'}{int(m[2])}"
-
-
-def read_key_file(flag, path):
-    """API keys, one a line; blank lines and lines starting with '#' are skipped."""
-    try:
-        with open(parse_path(flag, path), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{flag} {path!r}: cannot read: {e}") from None
-    keys = [_file_key(flag, path, n, line.strip()) for n, line in enumerate(lines, 1)]
-    keys = [k for k in keys if k]
-    if not keys:
-        raise UsageError(f"{flag} {path!r}: no keys in the file")
-    return keys
-
-
-def _file_key(flag, path, lineno, line):
-    if not line or line.startswith("#"):
-        return None
-    return parse_secret(f"{flag} {path!r} line {lineno}", line)
 
 
 # ---- the flag table: one row per flag; usage_text() and the docs test read it
@@ -533,7 +340,7 @@ def _model_spec(m, served_name, jinja=False):
         raise UsageError(f"--model {path}: give --chat-template or --chat-template-file, not both")
     template = m.get("--chat-template-file")
     if "--chat-template" in m:
-        template = _named_template(m["--chat-template"], jinja)
+        template = named_template(m["--chat-template"], jinja)
     sessions = m.get("--max-sessions") or DEFAULT_MAX_SESSIONS
     return ModelSpec(path=path, name=m.get("--name") or served_name or _basename(path),
                      dies=m.get("--dies", DEFAULT_DIES), ctx_cap=m.get("--ctx-cap") or DEFAULT_CTX_CAP,
@@ -547,88 +354,6 @@ def _basename(path):
     if not name:
         raise UsageError(f"--model {path!r}: no file name to serve it under; give --name")
     return parse_id("--name (from the --model file name)", name)
-
-
-# ---- environment: the only reads of os.environ in Pantheon
-
-
-def batch_slots_from_env(environ=os.environ):
-    """QWEN35_BATCH_SLOTS as a number 1..8 (surrounding spaces ignored); unset or empty: the default."""
-    raw = environ.get(BATCH_SLOTS_ENV)
-    if raw is None or not raw.strip():
-        return DEFAULT_BATCH_SLOTS
-    return int_in(1, MAX_BATCH_SLOTS)(BATCH_SLOTS_ENV, raw.strip())
-
-
-REGISTRY_URL_ENV = "PANTHEON_REGISTRY_URL"
-REGISTRY_TOKEN_ENV = "PANTHEON_REGISTRY_TOKEN"
-
-
-def registry_token_from_env(environ=os.environ):
-    """PANTHEON_REGISTRY_TOKEN (the router's shared token, read by both sides), or None when unset/empty."""
-    raw = environ.get(REGISTRY_TOKEN_ENV, "").strip()
-    return parse_secret(REGISTRY_TOKEN_ENV, raw) if raw else None
-
-
-def cuda_visible_devices(environ=os.environ):
-    """The raw CUDA_VISIBLE_DEVICES string, or None when unset (every device visible)."""
-    return environ.get("CUDA_VISIBLE_DEVICES")
-
-
-@dataclass(frozen=True)
-class Operations:
-    """Operational knobs read from the environment (documented in docs/reliability.md and docs/memory.md)."""
-
-    hang_timeout: float = 10.0  # PANTHEON_HANG_TIMEOUT: a die whose heartbeat is older is stalled, then replaced
-    chaos_hooks: bool = False  # PANTHEON_CHAOS_HOOKS=1: workers exit via os._exit on SIGUSR1 (soak tests)
-    pressure_file: Optional[str] = None  # PANTHEON_PRESSURE_FILE: "available total" bytes, for tests
-    restart_intensity: int = 5  # PANTHEON_RESTART_INTENSITY: more restarts than this per period -> FAILED
-    restart_period: float = 60.0  # PANTHEON_RESTART_PERIOD: seconds
-    boot_timeout: float = 900.0  # PANTHEON_BOOT_TIMEOUT: a die still loading its models after this is killed
-    # PANTHEON_KERNEL_CACHE: where compiled CPU kernels are kept (a subdirectory per engine source digest);
-    # unset: NUMBA_CACHE_DIR, else pantheon/engine/kernels/__pycache__ (pantheon.engine.kernels.compile_cache)
-    kernel_cache: Optional[str] = None
-    # PANTHEON_REPACK_DIR: where Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights are kept repacked for the VNNI
-    # kernels, one file per model (pantheon.engine.repacked); unset: the engine's default directory; "off":
-    # repack False, every model served from its file's own layout
-    repack: bool = True
-    repack_dir: Optional[str] = None
-
-
-def _env_number(environ, name, default, kind, hi):
-    raw = environ.get(name, "").strip()
-    try:
-        value = kind(raw) if raw else default
-    except ValueError:
-        raise UsageError(f"{name}={raw!r}: expected a number") from None
-    if not 0 < value < hi:
-        raise UsageError(f"{name}={raw!r}: expected 0 < value < {hi}")
-    return value
-
-
-def operations_from_env(environ=os.environ):
-    return Operations(_env_number(environ, "PANTHEON_HANG_TIMEOUT", 10.0, float, 86400),
-                      environ.get("PANTHEON_CHAOS_HOOKS", "").strip() == "1",
-                      environ.get("PANTHEON_PRESSURE_FILE") or None,
-                      _env_number(environ, "PANTHEON_RESTART_INTENSITY", 5, int, 100000),
-                      _env_number(environ, "PANTHEON_RESTART_PERIOD", 60.0, float, 86400),
-                      _env_number(environ, "PANTHEON_BOOT_TIMEOUT", 900.0, float, 86400),
-                      environ.get("PANTHEON_KERNEL_CACHE", "").strip() or None,
-                      *repack_from_env(environ))
-
-
-def repack_from_env(environ=os.environ):
-    """PANTHEON_REPACK_DIR as (repack, repack_dir), open_model's arguments: unset or empty -> (True, None:
-    the engine's default directory), "off" -> (False, None); read by pantheon-serve and `pantheon`."""
-    raw = environ.get("PANTHEON_REPACK_DIR", "").strip()
-    if raw.lower() == "off":
-        return False, None
-    return True, raw or None
-
-
-def cuda_device_order(environ=os.environ):
-    """CUDA_DEVICE_ORDER ('FASTEST_FIRST' when unset, as the CUDA runtime assumes)."""
-    return environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
 
 
 # ---- help

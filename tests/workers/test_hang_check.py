@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pantheon.serve.settings import Operations
+from pantheon.serve.environment import Operations
 from workers import supervisor as sup_mod
 from workers.supervisor import ABORT_GRACE_S, Supervisor
 from workers.tables import DIE_STARTING, DIE_UP, Tables, table_bytes

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pantheon.serve.settings import MAX_NAME_BYTES, MAX_PATH_BYTES
+from pantheon.serve.limits import MAX_NAME_BYTES, MAX_PATH_BYTES
 from workers.layout import Layout
 from workers.tables import REASON_BYTES, SLOT_DTYPE, text
 

@@ -7,7 +7,8 @@ import pytest
 
 from pantheon.ctl import main as ctl
 from pantheon.serve.memory import MemInfo
-from pantheon.serve.settings import DEFAULT_MAX_SESSIONS, batch_slots_of, parse_serve_args
+from pantheon.serve.limits import DEFAULT_MAX_SESSIONS
+from pantheon.serve.settings import batch_slots_of, parse_serve_args
 from tests.pantheon.gguf.craft import VT, gguf_bytes, gstr, kv
 
 fit = pytest.importorskip("pantheon.serve.fit")

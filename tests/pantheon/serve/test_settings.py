@@ -6,6 +6,8 @@ import pytest
 
 from pantheon.serve import settings
 from pantheon.errors import PantheonError, UsageError
+from pantheon.serve.environment import Operations
+from pantheon.serve.limits import MAX_NAME_BYTES
 from pantheon.serve.settings import HelpRequested, ModelSpec, ServeConfig, parse_serve_args, usage_text
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -37,21 +39,7 @@ def test_one_model_defaults():
     assert c == ServeConfig(models=(ModelSpec("/models/small.gguf", "small.gguf", ("cpu0",), 4096, 0, 8, 8),),
                             host="127.0.0.1", port=8080, http_workers=2, batch_slots=4, cpu_dies=1,
                             quantize=False, api_keys=(), admin_token=None, models_dir=None,
-                            ops=settings.Operations())
-
-
-@pytest.mark.parametrize("env,hang,chaos", [({}, 10.0, False), ({"PANTHEON_HANG_TIMEOUT": " 2.5 "}, 2.5, False),
-                                            ({"PANTHEON_CHAOS_HOOKS": "1"}, 10.0, True),
-                                            ({"PANTHEON_CHAOS_HOOKS": "yes"}, 10.0, False)])
-def test_operations_from_env(env, hang, chaos):
-    ops = settings.operations_from_env(env)
-    assert (ops.hang_timeout, ops.chaos_hooks) == (hang, chaos)
-
-
-@pytest.mark.parametrize("bad", ["soon", "0", "-1", "1e9"])
-def test_bad_hang_timeout_refused(bad):
-    with pytest.raises(UsageError, match="PANTHEON_HANG_TIMEOUT"):
-        settings.operations_from_env({"PANTHEON_HANG_TIMEOUT": bad})
+                            ops=Operations())
 
 
 def test_config_is_frozen():
@@ -337,14 +325,8 @@ def test_environ_defaults_to_os_environ(monkeypatch):
     assert parse_serve_args(["--model", "a"]).batch_slots == 5
 
 
-def test_cuda_env_readers():
-    assert settings.cuda_visible_devices({}) is None
-    assert settings.cuda_visible_devices({"CUDA_VISIBLE_DEVICES": "1,0"}) == "1,0"
-    assert settings.cuda_device_order({}) == "FASTEST_FIRST"
-
-
 def test_names_and_paths_longer_than_a_slot_record_are_refused_not_cut():
-    long_name = "n" * (settings.MAX_NAME_BYTES + 1)
+    long_name = "n" * (MAX_NAME_BYTES + 1)
     with pytest.raises(UsageError, match="at most 64"):
         parse("--model", "/m.gguf", "--name", long_name)
     assert parse("--model", "/m.gguf", "--name", "n" * 64).models[0].name == "n" * 64
@@ -362,11 +344,3 @@ def test_model_spec_resolves_parsed_values_like_the_command_line():
     assert settings.parse_flag("--ctx-cap", "12", label="ctx_cap") == 12
     with pytest.raises(UsageError, match="^ctx_cap 99999999"):
         settings.parse_flag("--ctx-cap", "99999999", label="ctx_cap")
-
-
-@pytest.mark.parametrize("raw,want", [(None, (True, None)), ("", (True, None)), (" /data/rp ", (True, "/data/rp")),
-                                      ("off", (False, None)), ("OFF", (False, None))])
-def test_repack_dir_from_env(raw, want):
-    env = {} if raw is None else {"PANTHEON_REPACK_DIR": raw}
-    ops = settings.operations_from_env(env)
-    assert (ops.repack, ops.repack_dir) == want
