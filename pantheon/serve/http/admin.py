@@ -4,7 +4,7 @@ import hmac
 import ipaddress
 import json
 
-from pantheon.serve.http import validate
+from pantheon.serve.http import json_body
 from pantheon.serve.http.errors import RequestError
 
 
@@ -60,7 +60,7 @@ class _Admin:
             resp.media = e.body
 
     def _body(self, req):
-        body = validate.read_json(req, self.body_limit)
+        body = json_body.read_json(req, self.body_limit)
         if not isinstance(body, dict):
             raise RequestError("the body must be a JSON object")
         return body

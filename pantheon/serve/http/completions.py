@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from pantheon.serve.http import chat_plan, choices, sse, validate
+from pantheon.serve.http import chat_plan, choices, json_body, sse, validate
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
@@ -93,7 +93,7 @@ class _GenerateResource:
 
     def on_post(self, req, resp):
         started = time.perf_counter()
-        parsed = validate.check(validate.read_json(req, self.options.body_limit), self.schema, self.required)
+        parsed = validate.check(json_body.read_json(req, self.options.body_limit), self.schema, self.required)
         served = resolve(self.backend, parsed.model)
         req.context.model = served.name
         picks = self._start(req, served, parsed, started)

@@ -4,11 +4,12 @@ import json
 import time
 
 from pantheon import __version__
-from pantheon.serve.http import chat_plan, choices, sse, validate
+from pantheon.serve.http import chat_plan, choices, json_body, sse, validate
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_request, resolve
 from pantheon.serve.http.disconnect import disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
+from pantheon.serve.http.field_types import boolean, integer, number, positive, string
 from pantheon.serve.http.generation import Generation
 from pantheon.serve.http.logprobs import TokenText, native_probabilities
 from pantheon.engine.sampler import SamplingParams
@@ -27,7 +28,7 @@ def _bad(name, message, code="unsupported_value"):
 
 def n_predict(name, v):
     """-1 (the default): until the context is full; otherwise at least 1 token."""
-    v = validate.integer(name, v)
+    v = integer(name, v)
     if v == -1 or v >= 1:
         return v
     raise _bad(name, f"expected -1 or a positive count, got {v}", "invalid_value")
@@ -35,7 +36,7 @@ def n_predict(name, v):
 
 def native_seed(name, v):
     """llama-server's -1 means a random seed."""
-    v = validate.integer(name, v)
+    v = integer(name, v)
     return None if v == -1 else v % 2**64
 
 
@@ -47,8 +48,8 @@ def native_bias(name, v):
         raise _bad(name, "expected {\"id\": bias} or [[id, bias], ...]", "invalid_type")
     out = {}
     for tok, bias in v:
-        tok = validate.integer(f"{name}[]", tok)
-        out[tok] = float("-inf") if bias is False else validate.number(f"{name}[{tok}]", bias)
+        tok = integer(f"{name}[]", tok)
+        out[tok] = float("-inf") if bias is False else number(f"{name}[{tok}]", bias)
     return out
 
 
@@ -60,7 +61,7 @@ def zero_only(name, v):
 
 def n_probs(name, v):
     """0 (none) up to validate.MAX_TOP_LOGPROBS alternatives per token (llama-server allows more)."""
-    return validate.integer(name, v, 0, validate.MAX_TOP_LOGPROBS)
+    return integer(name, v, 0, validate.MAX_TOP_LOGPROBS)
 
 
 def one_only(name, v):
@@ -103,19 +104,19 @@ def json_object(name, v):
     return v
 
 
-SAMPLING = {"temperature": validate.number, "top_k": validate.integer, "top_p": validate.number,
-            "min_p": validate.number, "repeat_penalty": validate.number, "repeat_last_n": validate.integer,
-            "presence_penalty": validate.number, "frequency_penalty": validate.number, "seed": native_seed,
+SAMPLING = {"temperature": number, "top_k": integer, "top_p": number,
+            "min_p": number, "repeat_penalty": number, "repeat_last_n": integer,
+            "presence_penalty": number, "frequency_penalty": number, "seed": native_seed,
             "logit_bias": native_bias}
-COMPLETION = dict(SAMPLING, model=validate.string, prompt=native_prompt, n_predict=n_predict,
-                  max_tokens=validate.positive, stop=validate.stop, stream=validate.boolean,
-                  cache_prompt=validate.boolean, ignore_eos=validate.boolean, id_slot=validate.integer,
-                  return_tokens=validate.boolean, timings_per_token=validate.boolean, n_keep=validate.integer,
+COMPLETION = dict(SAMPLING, model=string, prompt=native_prompt, n_predict=n_predict,
+                  max_tokens=positive, stop=validate.stop, stream=boolean,
+                  cache_prompt=boolean, ignore_eos=boolean, id_slot=integer,
+                  return_tokens=boolean, timings_per_token=boolean, n_keep=integer,
                   n_probs=n_probs, typical_p=one_only, mirostat=zero_only, n_indent=zero_only,
                   dry_multiplier=zero_only, xtc_probability=zero_only, dynatemp_range=zero_only,
-                  post_sampling_probs=validate.false_only, grammar=validate.string, json_schema=json_object,
+                  post_sampling_probs=validate.false_only, grammar=string, json_schema=json_object,
                   samplers=validate.null_only, lora=validate.null_only)
-INFILL = dict(COMPLETION, input_prefix=validate.string, input_suffix=validate.string, input_extra=extra_chunks)
+INFILL = dict(COMPLETION, input_prefix=string, input_suffix=string, input_extra=extra_chunks)
 APPLY_TEMPLATE = {k: validate.CHAT[k] for k in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls",
                                                 "chat_template_kwargs", "functions", "function_call")}
 
@@ -130,7 +131,7 @@ class NativeCompletion:
 
     def on_post(self, req, resp):
         started = time.perf_counter()
-        body = validate.fields(validate.read_json(req, self.options.body_limit), self.schema, self.required)
+        body = validate.fields(json_body.read_json(req, self.options.body_limit), self.schema, self.required)
         served = resolve(self.backend, body.get("model"))
         req.context.model = served.name
         bodies = [dict(body, prompt=p) for p in body["prompt"]] if several(body.get("prompt")) else [body]
@@ -351,7 +352,7 @@ class ApplyTemplate:
         self.backend, self.options = backend, options
 
     def on_post(self, req, resp):
-        parsed = validate.check(validate.read_json(req, self.options.body_limit), APPLY_TEMPLATE, ("messages",))
+        parsed = validate.check(json_body.read_json(req, self.options.body_limit), APPLY_TEMPLATE, ("messages",))
         served = resolve(self.backend, parsed.model)
         req.context.model = served.name
         text, prefix = chat_plan.prompt_text(served, parsed)

@@ -1,6 +1,6 @@
 """The cheap routes: /v1/models, /health, /metrics, /tokenize, /detokenize (never wait on a generation)."""
 
-from pantheon.serve.http import validate
+from pantheon.serve.http import json_body, validate
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.completions import resolve
 from pantheon.serve.http.errors import RequestError
@@ -51,7 +51,7 @@ class Tokenize:
         self.backend, self.body_limit = backend, body_limit
 
     def on_post(self, req, resp):
-        body = validate.fields(validate.read_json(req, self.body_limit), validate.TOKENIZE, ("content",))
+        body = validate.fields(json_body.read_json(req, self.body_limit), validate.TOKENIZE, ("content",))
         served = resolve(self.backend, body.get("model"))
         req.context.model = served.name
         tok = served.tokenizer
@@ -79,7 +79,7 @@ class Detokenize:
         self.backend, self.body_limit = backend, body_limit
 
     def on_post(self, req, resp):
-        body = validate.fields(validate.read_json(req, self.body_limit), validate.DETOKENIZE, ("tokens",))
+        body = validate.fields(json_body.read_json(req, self.body_limit), validate.DETOKENIZE, ("tokens",))
         served = resolve(self.backend, body.get("model"))
         req.context.model = served.name
         n_vocab = served.tokenizer.n_vocab

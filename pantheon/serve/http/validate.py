@@ -1,27 +1,22 @@
 """Request schema checks: every field known, typed and in range, or a 400 that names it."""
 
 import dataclasses
-import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Optional
 
 from pantheon.serve.http.errors import RequestError
+from pantheon.serve.http.field_types import (INT32_MAX, bad, boolean, divisor, integer, last_n, number, positive,
+                                             seed, show, string, top_k)
 
 MAX_STOPS = 4
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "reasoning_content"}
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
                    "presence_penalty", "frequency_penalty", "logit_bias", "seed")
-F32_MAX = 3.4028234663852886e38   # the largest finite float32: the sampler computes in float32
-F32_TINY = 1.1754943508222875e-38  # the smallest normal float32: a divisor below it overflows
-INT32_MAX = 2**31 - 1              # token ids, top_k, repeat_last_n and max_tokens cross the ring as int32
-MAX_DEPTH = 32                     # JSON nesting; every field we accept is far shallower
 MAX_TOP_LOGPROBS = 20              # alternatives per token (OpenAI's chat limit; vLLM's on completions too)
 MAX_PROMPTS = 16                   # prompts in one /v1/completions request: each runs as its own generation
 _TOKEN_KEY = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²".isdigit() is true but int("²") fails
-_SHOWN = 80                        # characters of an offending value quoted in an error message
 
 
 @dataclass
@@ -48,88 +43,15 @@ class Parsed:
     n: int = 1  # choices per prompt, sampled from one prompt prefill
 
 
-def _bad(name, message, code="invalid_type"):
-    return RequestError(f"{name}: {message}", param=name, code=code)
-
-
-def show(v):
-    """`v` as JSON for an error message, cut short: a refused value may be megabytes long."""
-    if isinstance(v, str):
-        v = v[:_SHOWN + 1]
-    text = json.dumps(v) if not isinstance(v, (dict, list)) else type(v).__name__
-    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
-
-
-def _is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def number(name, v):
-    """A finite number that float32, the sampler's type, represents without overflowing."""
-    if not _is_number(v):
-        raise _bad(name, f"expected a number, got {show(v)}")
-    if abs(v) > F32_MAX:
-        raise _bad(name, f"{show(v)} is beyond the float32 range (|x| <= {F32_MAX:.7g})", "invalid_value")
-    return float(v)
-
-
-def divisor(name, v):
-    """A number the sampler divides by: 0 or a normal float32 (a denormal's quotient overflows)."""
-    v = number(name, v)
-    if 0 < abs(v) < F32_TINY:
-        raise _bad(name, f"{show(v)} is too small: a non-zero value must be at least {F32_TINY:.7g}",
-                   "invalid_value")
-    return v
-
-
-def integer(name, v, low=-INT32_MAX - 1, high=INT32_MAX):
-    """An integer in low..high (an integral float such as 40.0 counts)."""
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(name, f"expected an integer, got {show(v)}")
-    if not low <= v <= high:
-        raise _bad(name, f"must be in {low}..{high}, got {show(v)}", "invalid_value")
-    return v
-
-
-def positive(name, v):
-    return integer(name, v, 1)
-
-
-def top_k(name, v):
-    return integer(name, v, 0)
-
-
-def last_n(name, v):
-    return integer(name, v, -1)
-
-
-def boolean(name, v):
-    if not isinstance(v, bool):
-        raise _bad(name, f"expected true or false, got {show(v)}")
-    return v
-
-
-def string(name, v):
-    if not isinstance(v, str):
-        raise _bad(name, f"expected a string, got {show(v)}")
-    return v
-
-
-def seed(name, v):
-    """Any 64-bit integer, signed or not, as OpenAI allows; negative seeds wrap to the unsigned range."""
-    return integer(name, v, -2**63, 2**64 - 1) % 2**64
-
 
 def logit_bias(name, v):
     if not isinstance(v, dict):
-        raise _bad(name, "expected an object mapping token ids to numbers")
+        raise bad(name, "expected an object mapping token ids to numbers")
     out = {}
     for key, value in v.items():
         token = key.strip()
         if not _TOKEN_KEY.fullmatch(token) or int(token) > INT32_MAX:
-            raise _bad(name, f"key {show(key)} is not a token id (ASCII digits, at most {INT32_MAX})",
+            raise bad(name, f"key {show(key)} is not a token id (ASCII digits, at most {INT32_MAX})",
                        "invalid_value")
         out[int(token)] = number(f"{name}[{token}]", value)
     return out
@@ -138,11 +60,11 @@ def logit_bias(name, v):
 def stop(name, v):
     stops = [v] if isinstance(v, str) else v
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise _bad(name, "expected a string or a list of strings")
+        raise bad(name, "expected a string or a list of strings")
     if len(stops) > MAX_STOPS:
-        raise _bad(name, f"at most {MAX_STOPS} stop strings, got {len(stops)}", "invalid_value")
+        raise bad(name, f"at most {MAX_STOPS} stop strings, got {len(stops)}", "invalid_value")
     if any(s == "" for s in stops):
-        raise _bad(name, "stop strings must not be empty", "invalid_value")
+        raise bad(name, "stop strings must not be empty", "invalid_value")
     return tuple(stops)
 
 
@@ -156,20 +78,20 @@ def n_choices(name, v):
 def best_of(name, v):
     """Only best_of=1: ranking extra completions by logprob is not implemented (use n for several)."""
     if integer(name, v) != 1:
-        raise _bad(name, f"only best_of=1 is supported, got {v}; ask for several choices with n",
+        raise bad(name, f"only best_of=1 is supported, got {v}; ask for several choices with n",
                    "unsupported_value")
     return 1
 
 
 def false_only(name, v):
     if v is not False and v != 0:
-        raise _bad(name, f"{name} is not supported (got {show(v)}); omit it or send false",
+        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send false",
                    "unsupported_value")
     return v
 
 
 def null_only(name, v):
-    raise _bad(name, f"{name} is not supported (got {show(v)}); omit it", "unsupported_value")
+    raise bad(name, f"{name} is not supported (got {show(v)}); omit it", "unsupported_value")
 
 
 def response_format(name, v):
@@ -179,7 +101,7 @@ def response_format(name, v):
         return v
     spec = v.get("json_schema") if kind == "json_schema" else None
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-        raise _bad(name, "expected {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
+        raise bad(name, "expected {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
                    f"\"json_schema\", \"json_schema\": {{\"name\", \"schema\"}}}}, got {show(v)}",
                    "invalid_value")
     return v
@@ -191,20 +113,20 @@ def tool_choice(name, v):
         return v
     fn = v.get("function") if isinstance(v, dict) and v.get("type") == "function" else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise _bad(name, "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+        raise bad(name, "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
                    f"\"function\": {{\"name\": ...}}}}, got {show(v)}", "invalid_value")
     return {"type": "function", "function": {"name": fn["name"]}}
 
 
 def reasoning_format(name, v):
     if v not in ("auto", "deepseek", "none"):
-        raise _bad(name, f"expected \"auto\", \"deepseek\" or \"none\", got {show(v)}", "invalid_value")
+        raise bad(name, f"expected \"auto\", \"deepseek\" or \"none\", got {show(v)}", "invalid_value")
     return v
 
 
 def template_kwargs(name, v):
     if not isinstance(v, dict):
-        raise _bad(name, "expected an object of template variables")
+        raise bad(name, "expected an object of template variables")
     return v
 
 
@@ -224,22 +146,22 @@ def anything(name, v):
 
 def string_map(name, v):
     if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
-        raise _bad(name, "expected an object of string values")
+        raise bad(name, "expected an object of string values")
     return v
 
 
 def modalities(name, v):
     if not isinstance(v, list) or not all(isinstance(m, str) for m in v):
-        raise _bad(name, "expected a list of strings")
+        raise bad(name, "expected a list of strings")
     if any(m != "text" for m in v):
-        raise _bad(name, f"only the \"text\" modality is supported, got {show(v)}", "unsupported_value")
+        raise bad(name, f"only the \"text\" modality is supported, got {show(v)}", "unsupported_value")
     return v
 
 
 def prediction(name, v):
     """Predicted outputs only speed OpenAI up, never change the answer: checked, then ignored."""
     if not isinstance(v, dict) or v.get("type") != "content":
-        raise _bad(name, "expected an object with \"type\": \"content\"", "invalid_value")
+        raise bad(name, "expected an object with \"type\": \"content\"", "invalid_value")
     content(f"{name}.content", v.get("content"), "user")
     return v
 
@@ -247,7 +169,7 @@ def prediction(name, v):
 def functions(name, v):
     """The legacy `functions` list, as the `tools` it stands for."""
     if not isinstance(v, list):
-        raise _bad(name, "expected a list of functions")
+        raise bad(name, "expected a list of functions")
     return tools(name, [{"type": "function", "function": f} for f in v])
 
 
@@ -260,23 +182,23 @@ def function_call(name, v):
 
 def tools(name, v):
     if not isinstance(v, list):
-        raise _bad(name, "expected a list of tools")
+        raise bad(name, "expected a list of tools")
     for i, tool in enumerate(v):
         where = f"{name}[{i}]"
         if not isinstance(tool, dict) or tool.get("type") != "function":
-            raise _bad(where, "each tool must be an object with \"type\": \"function\"", "invalid_value")
+            raise bad(where, "each tool must be an object with \"type\": \"function\"", "invalid_value")
         fn = tool.get("function")
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise _bad(f"{where}.function", "expected an object with a string \"name\"", "invalid_value")
+            raise bad(f"{where}.function", "expected an object with a string \"name\"", "invalid_value")
     return v
 
 
 def stream_options(name, v):
     if not isinstance(v, dict):
-        raise _bad(name, "expected an object")
+        raise bad(name, "expected an object")
     for key in v:
         if key != "include_usage":
-            raise _bad(f"{name}.{key}", "unknown field", "unknown_field")
+            raise bad(f"{name}.{key}", "unknown field", "unknown_field")
     return {"include_usage": boolean(f"{name}.include_usage", v.get("include_usage", False))}
 
 
@@ -286,29 +208,29 @@ def content(name, v, role):
     if isinstance(v, str):
         return v
     if not isinstance(v, list):
-        raise _bad(name, "expected a string or a list of text parts")
+        raise bad(name, "expected a string or a list of text parts")
     for j, part in enumerate(v):
         if not isinstance(part, dict) or part.get("type") != "text":
-            raise _bad(f"{name}[{j}].type", "only text parts are supported", "unsupported_value")
+            raise bad(f"{name}[{j}].type", "only text parts are supported", "unsupported_value")
         string(f"{name}[{j}].text", part.get("text"))
     return v
 
 
 def messages(name, v):
     if not isinstance(v, list) or not v:
-        raise _bad(name, "expected a non-empty list of messages")
+        raise bad(name, "expected a non-empty list of messages")
     return [_message(f"{name}[{i}]", m) for i, m in enumerate(v)]
 
 
 def _message(where, m):
     if not isinstance(m, dict):
-        raise _bad(where, "expected an object")
+        raise bad(where, "expected an object")
     for key in m:
         if key not in MESSAGE_KEYS:
-            raise _bad(f"{where}.{key}", "unknown field", "unknown_field")
+            raise bad(f"{where}.{key}", "unknown field", "unknown_field")
     role = m.get("role")
     if not isinstance(role, str) or role not in ROLES:
-        raise _bad(f"{where}.role", f"expected one of {sorted(ROLES)}, got {show(role)}", "invalid_value")
+        raise bad(f"{where}.role", f"expected one of {sorted(ROLES)}, got {show(role)}", "invalid_value")
     out = dict(m, role=ROLES[role], content=content(f"{where}.content", m.get("content"), ROLES[role]))
     for key in ("name", "tool_call_id"):
         if out.get(key) is not None:
@@ -318,7 +240,7 @@ def _message(where, m):
 
 def token_ids(name, v):
     if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
-        raise _bad(name, "expected a list of token ids")
+        raise bad(name, "expected a list of token ids")
     return v
 
 
@@ -331,9 +253,9 @@ def prompt(name, v):
     if isinstance(v, str) or _ids(v):
         return [v]
     if not isinstance(v, list) or not v or not all(isinstance(p, str) or _ids(p) for p in v):
-        raise _bad(name, "expected a string, a non-empty list of token ids, or a non-empty list of those")
+        raise bad(name, "expected a string, a non-empty list of token ids, or a non-empty list of those")
     if len(v) > MAX_PROMPTS:
-        raise _bad(name, f"at most {MAX_PROMPTS} prompts per request, got {len(v)}", "invalid_value")
+        raise bad(name, f"at most {MAX_PROMPTS} prompts per request, got {len(v)}", "invalid_value")
     return v
 
 
@@ -376,11 +298,11 @@ def _logprobs(values, chat):
     completions: logprobs is the number of alternatives, and cannot be combined with echo."""
     if not chat:
         if values.get("logprobs") is not None and values.get("echo"):
-            raise _bad("logprobs", "logprobs of the echoed prompt are not computed: send echo or logprobs, "
+            raise bad("logprobs", "logprobs of the echoed prompt are not computed: send echo or logprobs, "
                        "not both", "unsupported_value")
         return values.get("logprobs")
     if values.get("top_logprobs") is not None and not values.get("logprobs"):
-        raise _bad("top_logprobs", "requires \"logprobs\": true", "invalid_value")
+        raise bad("top_logprobs", "requires \"logprobs\": true", "invalid_value")
     return values.get("top_logprobs", 0) if values.get("logprobs") else None
 
 
@@ -412,47 +334,3 @@ def _parsed(values):
                   template_kwargs=values.get("chat_template_kwargs", {}),
                   response_format=values.get("response_format"), echo=values.get("echo", False),
                   n=values.get("n", 1))
-
-
-def read_json(req, limit):
-    """The decoded JSON body of `req`, at most `limit` bytes; 400 or 413 naming what is wrong."""
-    length = req.content_length
-    if length is not None and length > limit:
-        raise RequestError(f"request body of {length} bytes exceeds the {limit}-byte limit",
-                           code="request_too_large", status=413)
-    raw = req.bounded_stream.read(limit + 1)
-    if len(raw) > limit:
-        raise RequestError(f"request body exceeds the {limit}-byte limit", code="request_too_large", status=413)
-    return parse_json(raw)
-
-
-def parse_json(raw):
-    """Strict JSON (no NaN/Infinity literals) nested at most MAX_DEPTH deep; else a 400."""
-    try:
-        body = json.loads(raw, parse_constant=_no_constant)
-    except RecursionError:
-        body = None  # nested past the interpreter's own limit: certainly past ours
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(f"the request body is not valid JSON: {str(exc)[:200]}", code="invalid_json") from None
-    if body is None and raw.strip() != b"null" or not _shallow(body):
-        raise RequestError(f"the request body nests deeper than {MAX_DEPTH} levels", code="invalid_json")
-    return body
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _shallow(body):
-    """True when no container nests deeper than MAX_DEPTH; iterative, so depth itself cannot hurt."""
-    level, depth = [body], 0
-    while level:
-        depth += 1
-        if depth > MAX_DEPTH:
-            return False
-        nested = []
-        for item in level:
-            children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-            nested.extend(c for c in children if isinstance(c, (dict, list)))
-        level = nested
-    return True
