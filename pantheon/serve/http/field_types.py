@@ -42,7 +42,7 @@ def divisor(name, v):
     v = number(name, v)
     if 0 < abs(v) < F32_TINY:
         raise bad(name, f"{show(v)} is too small: a non-zero value must be at least {F32_TINY:.7g}",
-                   "invalid_value")
+                  "invalid_value")
     return v
 
 

@@ -52,7 +52,7 @@ def logit_bias(name, v):
         token = key.strip()
         if not _TOKEN_KEY.fullmatch(token) or int(token) > INT32_MAX:
             raise bad(name, f"key {show(key)} is not a token id (ASCII digits, at most {INT32_MAX})",
-                       "invalid_value")
+                      "invalid_value")
         out[int(token)] = number(f"{name}[{token}]", value)
     return out
 
@@ -79,14 +79,14 @@ def best_of(name, v):
     """Only best_of=1: ranking extra completions by logprob is not implemented (use n for several)."""
     if integer(name, v) != 1:
         raise bad(name, f"only best_of=1 is supported, got {v}; ask for several choices with n",
-                   "unsupported_value")
+                  "unsupported_value")
     return 1
 
 
 def false_only(name, v):
     if v is not False and v != 0:
         raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send false",
-                   "unsupported_value")
+                  "unsupported_value")
     return v
 
 
@@ -102,8 +102,8 @@ def response_format(name, v):
     spec = v.get("json_schema") if kind == "json_schema" else None
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
         raise bad(name, "expected {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
-                   f"\"json_schema\", \"json_schema\": {{\"name\", \"schema\"}}}}, got {show(v)}",
-                   "invalid_value")
+                  f"\"json_schema\", \"json_schema\": {{\"name\", \"schema\"}}}}, got {show(v)}",
+                  "invalid_value")
     return v
 
 
@@ -114,7 +114,7 @@ def tool_choice(name, v):
     fn = v.get("function") if isinstance(v, dict) and v.get("type") == "function" else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise bad(name, "expected \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
-                   f"\"function\": {{\"name\": ...}}}}, got {show(v)}", "invalid_value")
+                  f"\"function\": {{\"name\": ...}}}}, got {show(v)}", "invalid_value")
     return {"type": "function", "function": {"name": fn["name"]}}
 
 
@@ -299,7 +299,7 @@ def _logprobs(values, chat):
     if not chat:
         if values.get("logprobs") is not None and values.get("echo"):
             raise bad("logprobs", "logprobs of the echoed prompt are not computed: send echo or logprobs, "
-                       "not both", "unsupported_value")
+                      "not both", "unsupported_value")
         return values.get("logprobs")
     if values.get("top_logprobs") is not None and not values.get("logprobs"):
         raise bad("top_logprobs", "requires \"logprobs\": true", "invalid_value")
