@@ -9,7 +9,7 @@ from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_request, resolve
 from pantheon.serve.http.disconnect import disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
-from pantheon.serve.http.field_types import boolean, integer, number, positive, string
+from pantheon.serve.http.field_types import bad, boolean, integer, number, positive, string
 from pantheon.serve.http.generation import Generation
 from pantheon.serve.http.logprobs import TokenText, native_probabilities
 from pantheon.engine.sampler import SamplingParams
@@ -22,16 +22,12 @@ FIM = {"prefix": ("<|fim_prefix|>", "<fim_prefix>", "<PRE>", "<|fim_begin|>", "<
 FILE_SEP = ("<|file_sep|>", "<file_sep>")
 
 
-def _bad(name, message, code="unsupported_value"):
-    return RequestError(f"{name}: {message}", param=name, code=code)
-
-
 def n_predict(name, v):
     """-1 (the default): until the context is full; otherwise at least 1 token."""
     v = integer(name, v)
     if v == -1 or v >= 1:
         return v
-    raise _bad(name, f"expected -1 or a positive count, got {v}", "invalid_value")
+    raise bad(name, f"expected -1 or a positive count, got {v}", "invalid_value")
 
 
 def native_seed(name, v):
@@ -45,7 +41,7 @@ def native_bias(name, v):
     if isinstance(v, dict):
         return validate.logit_bias(name, v)
     if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 for p in v):
-        raise _bad(name, "expected {\"id\": bias} or [[id, bias], ...]", "invalid_type")
+        raise bad(name, "expected {\"id\": bias} or [[id, bias], ...]", "invalid_type")
     out = {}
     for tok, bias in v:
         tok = integer(f"{name}[]", tok)
@@ -55,7 +51,7 @@ def native_bias(name, v):
 
 def zero_only(name, v):
     if v not in (0, 0.0) or isinstance(v, bool):
-        raise _bad(name, f"{name} is not supported (got {v!r}); omit it or send 0")
+        raise bad(name, f"{name} is not supported (got {v!r}); omit it or send 0", "unsupported_value")
     return v
 
 
@@ -66,7 +62,7 @@ def n_probs(name, v):
 
 def one_only(name, v):
     if v != 1 or isinstance(v, bool):
-        raise _bad(name, f"{name} is not supported (got {v!r}); omit it or send 1.0")
+        raise bad(name, f"{name} is not supported (got {v!r}); omit it or send 1.0", "unsupported_value")
     return v
 
 
@@ -80,9 +76,9 @@ def native_prompt(name, v):
     if _one_prompt(v):
         return v
     if not isinstance(v, list) or not v or not all(_one_prompt(p) for p in v):
-        raise _bad(name, "expected a string, a non-empty list of token ids, or a list of those", "invalid_type")
+        raise bad(name, "expected a string, a non-empty list of token ids, or a list of those", "invalid_type")
     if len(v) > validate.MAX_PROMPTS:
-        raise _bad(name, f"at most {validate.MAX_PROMPTS} prompts per request, got {len(v)}", "invalid_value")
+        raise bad(name, f"at most {validate.MAX_PROMPTS} prompts per request, got {len(v)}", "invalid_value")
     return v
 
 
@@ -94,13 +90,13 @@ def several(prompt):
 def extra_chunks(name, v):
     if not isinstance(v, list) or not all(isinstance(c, dict) and isinstance(c.get("text", ""), str)
                                           and isinstance(c.get("filename", ""), str) for c in v):
-        raise _bad(name, "expected a list of {\"filename\", \"text\"}", "invalid_type")
+        raise bad(name, "expected a list of {\"filename\", \"text\"}", "invalid_type")
     return v
 
 
 def json_object(name, v):
     if not isinstance(v, dict):
-        raise _bad(name, "expected a JSON schema object", "invalid_type")
+        raise bad(name, "expected a JSON schema object", "invalid_type")
     return v
 
 
@@ -193,7 +189,7 @@ def fim_prompt(tok, bos, prefix, suffix, extra=(), prompt=""):
         raise RequestError("this model's vocabulary has no fill-in-the-middle tokens; /infill needs a code model "
                            "with FIM tokens", code="not_supported", param="input_prefix")
     if isinstance(prompt, list):
-        raise _bad("prompt", "/infill takes prompt as text", "invalid_type")
+        raise bad("prompt", "/infill takes prompt as text", "invalid_type")
     sep = next((tok.token_to_id[t] for t in FILE_SEP if t in tok.token_to_id), None)
     head = list(bos)
     for chunk in extra:
@@ -208,9 +204,9 @@ def _plain(tok, text):
 
 
 def _check_ids(name, ids, n_vocab):
-    bad = [t for t in ids if not 0 <= t < n_vocab]
-    if bad:
-        raise _bad(name, f"token id {bad[0]} is outside the vocabulary of {n_vocab} tokens", "invalid_value")
+    outside = [t for t in ids if not 0 <= t < n_vocab]
+    if outside:
+        raise bad(name, f"token id {outside[0]} is outside the vocabulary of {n_vocab} tokens", "invalid_value")
 
 
 def _request(served, body, ids, session, default_max_tokens):
@@ -222,14 +218,14 @@ def _request(served, body, ids, session, default_max_tokens):
     parsed = validate.Parsed(max_tokens=served.n_ctx if wanted == -1 else wanted, sampling=sampling,
                              logprobs=body.get("n_probs") or None)
     if not ids:
-        raise _bad("prompt", "tokenizes to no tokens at all", "invalid_value")
+        raise bad("prompt", "tokenizes to no tokens at all", "invalid_value")
     return generation_request(served, parsed, ids, session, default_max_tokens, _grammar(body))
 
 
 def _grammar(body):
     """llama-server's `grammar` (GBNF) or `json_schema`, compiled; a 400 naming the field if it is bad."""
     if body.get("grammar") and body.get("json_schema") is not None:
-        raise _bad("grammar", "give grammar or json_schema, not both", "invalid_value")
+        raise bad("grammar", "give grammar or json_schema, not both", "invalid_value")
     field = "grammar" if body.get("grammar") else "json_schema"
     try:
         if body.get("grammar"):
@@ -237,7 +233,7 @@ def _grammar(body):
         if body.get("json_schema") is not None:
             return grammars.compile_spec(grammars.JSON_SCHEMA, json.dumps(body["json_schema"]))
     except InvalidParameter as exc:
-        raise _bad(field, str(exc), "invalid_value") from None
+        raise bad(field, str(exc), "invalid_value") from None
     return None
 
 
