@@ -312,10 +312,10 @@ def fields(body, schema, required=()):
         raise RequestError("the request body must be a JSON object", code="invalid_json")
     for name in body:
         if name not in schema:
-            raise RequestError(f"{name}: unknown field", param=name, code="unknown_field")
+            raise bad(name, "unknown field", "unknown_field")
     for name in required:
         if body.get(name) is None:
-            raise RequestError(f"{name}: required", param=name, code="missing_required_parameter")
+            raise bad(name, "required", "missing_required_parameter")
     checked = {k: schema[k](k, v) for k, v in body.items() if v is not None}
     return {k: v for k, v in checked.items() if v is not IGNORED}
 
