@@ -7,6 +7,7 @@ from ipc import frames
 from ipc.doorbell import make_doorbell
 from ipc.errors import FrameError, MessageTooLarge, RingFull
 from ipc.frames import FIRST, HEADER, HEADER_SIZE, KINDS, LAST, MAGIC, VERSION, Message
+from ipc.recheck import DEFAULT_IDLE_RECHECK_S, DEFAULT_RECHECK_S, Recheck
 from ipc.ring import HEADER_SIZE as HEADER_SIZE_RING
 from ipc.ring import (OFF_GEN, OFF_READ_SEQ, OFF_SLEEPING, SLOT_HEADER, U32, U64, WRITING, Ring,
                       ring_bytes)
@@ -14,7 +15,6 @@ from ipc.segment import Segment
 
 DEFAULT_MAX_MESSAGE = 4 << 20
 DEFAULT_SPIN_S = 20e-6
-DEFAULT_RECHECK_S = 0.020
 _DATA = SLOT_HEADER + HEADER_SIZE
 _U64_MAX = (1 << 64) - 1
 _U32_MAX = 0xFFFFFFFF
@@ -63,8 +63,8 @@ class Channel:
     def sender(self, generation=None):
         return Sender(self, generation)
 
-    def receiver(self, spin_s=DEFAULT_SPIN_S, recheck_s=DEFAULT_RECHECK_S):
-        return Receiver(self, spin_s, recheck_s)
+    def receiver(self, spin_s=DEFAULT_SPIN_S, recheck_s=DEFAULT_RECHECK_S, idle_recheck_s=DEFAULT_IDLE_RECHECK_S):
+        return Receiver(self, spin_s, recheck_s, idle_recheck_s)
 
 
 class Sender:
@@ -151,9 +151,10 @@ class Sender:
 
 
 class Receiver:
-    """The consuming end: spin briefly, then sleep on the doorbell with a bounded wait."""
+    """The consuming end: spin briefly, then sleep on the doorbell with a bounded wait (ipc.recheck)."""
 
-    def __init__(self, channel, spin_s=DEFAULT_SPIN_S, recheck_s=DEFAULT_RECHECK_S):
+    def __init__(self, channel, spin_s=DEFAULT_SPIN_S, recheck_s=DEFAULT_RECHECK_S,
+                 idle_recheck_s=DEFAULT_IDLE_RECHECK_S):
         self._ring = Ring(channel.buf, *channel.geometry, format=False)
         self._ring.adopt_consumer()
         self._buf = channel.buf
@@ -163,7 +164,7 @@ class Receiver:
         self.max_message = channel.max_message
         self.frag_cap = channel.frag_cap
         self.spin_s = spin_s
-        self.recheck_s = recheck_s
+        self.recheck = Recheck(recheck_s, idle_recheck_s)
         self.dropped_stale = 0
         self.dropped_partial = 0
         self._asm = None
@@ -172,13 +173,18 @@ class Receiver:
         """Next message, or None when `timeout` seconds pass (None: wait forever)."""
         msg = self.poll()
         if msg is not None or timeout == 0:
-            return msg
+            return self._seen(msg)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             woke = self._await(deadline)
             msg = self.poll()
             if msg is not None or not woke:
-                return msg
+                return self._seen(msg)
+
+    def _seen(self, msg):
+        if msg is not None:
+            self.recheck.traffic()
+        return msg
 
     def _await(self, deadline):
         """Return True when a slot may be ready, False once the deadline passed."""
@@ -191,7 +197,7 @@ class Receiver:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return False
-            wait = self.recheck_s if deadline is None else min(self.recheck_s, deadline - now)
+            wait = self.recheck.wait(now, deadline)
             ring.sleeping = 1
             if ring.peek() >= 0:
                 ring.sleeping = 0
@@ -200,6 +206,7 @@ class Receiver:
             ring.sleeping = 0
             if ring.peek() >= 0:
                 return True
+            self.recheck.empty()
 
     def poll(self):
         """Next complete message if one is committed now; never blocks."""

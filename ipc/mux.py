@@ -3,6 +3,8 @@
 import select
 import time
 
+from ipc.recheck import DEFAULT_IDLE_RECHECK_S, DEFAULT_RECHECK_S, Recheck
+
 
 class Mux:
     """Round-robin over receivers; sleeps on all their doorbells together when every ring is empty.
@@ -10,9 +12,9 @@ class Mux:
     Each receiver must use an eventfd doorbell (the default): a semaphore has no fd to poll.
     """
 
-    def __init__(self, receivers, spin_s=20e-6, recheck_s=0.02):
+    def __init__(self, receivers, spin_s=20e-6, recheck_s=DEFAULT_RECHECK_S, idle_recheck_s=DEFAULT_IDLE_RECHECK_S):
         self.receivers = list(receivers)
-        self.spin_s, self.recheck_s = spin_s, recheck_s
+        self.spin_s, self.recheck = spin_s, Recheck(recheck_s, idle_recheck_s)
         self._poll = select.poll()
         for r in self.receivers:
             self._poll.register(r._bell.fileno(), select.POLLIN)
@@ -36,12 +38,13 @@ class Mux:
         while True:
             got = self.poll()
             if got is not None:
+                self.recheck.traffic()
                 return got
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return None
             if now >= spin_end:
-                self._sleep(self.recheck_s if deadline is None else min(self.recheck_s, deadline - now))
+                self._sleep(self.recheck.wait(now, deadline))
 
     def _sleep(self, wait):
         rings = [r._ring for r in self.receivers]
@@ -53,3 +56,5 @@ class Mux:
         for r in self.receivers:
             r._ring.sleeping = 0
             r._bell.drain()
+        if all(ring.peek() < 0 for ring in rings):
+            self.recheck.empty()

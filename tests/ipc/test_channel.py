@@ -163,29 +163,59 @@ def test_frames_of_an_older_generation_are_dropped():
     assert rx.dropped_stale == 1 + 1 + 5
 
 
-@pytest.mark.parametrize("doorbell", ["eventfd", "semaphore"])
-def test_every_doorbell_dropped_messages_arrive_within_recheck(doorbell):
-    recheck = 0.02
+def _dropped_ring_delays(doorbell, gap_s, count, recheck, idle_recheck):
+    """Delivery delays of `count` messages sent `gap_s` apart over a channel whose every ring is lost."""
     ch = Channel(nslots=8, slot_size=128, doorbell=doorbell)
     ch.doorbell.drop_rings = True  # inherited by the producer: every ring is lost
 
     def child():
         tx = ch.sender()
-        for i in range(15):
-            time.sleep(0.03)  # the consumer is asleep by now
+        for i in range(count):
+            time.sleep(gap_s)  # the consumer is asleep by now
             tx.send(Kind.TOKENS, i, i, STAMP.pack(time.monotonic_ns()), timeout=1)
         assert tx._bell.dropped > 0
     pid = fork(child)
-    rx = ch.receiver(recheck_s=recheck)
+    rx = ch.receiver(recheck_s=recheck, idle_recheck_s=idle_recheck)
     delays = []
-    for i in range(15):
+    for i in range(count):
         m = rx.receive(timeout=2)
         assert m.request_id == i
         delays.append((time.monotonic_ns() - STAMP.unpack(m.payload)[0]) / 1e9)
     assert wait(pid) == 0
+    return sorted(delays)
+
+
+@pytest.mark.parametrize("doorbell", ["eventfd", "semaphore"])
+def test_every_doorbell_dropped_messages_arrive_within_recheck(doorbell):
+    # the interval is back at recheck after each message: sent 15 ms later, one is seen by the first re-check
+    delays = _dropped_ring_delays(doorbell, 0.015, 15, recheck=0.02, idle_recheck=0.1)
     # scheduling slack on a loaded 2-core box; the median shows the bound itself
-    assert sorted(delays)[len(delays) // 2] <= recheck + 0.002
-    assert max(delays) <= recheck + 0.05
+    assert delays[len(delays) // 2] <= 0.02 + 0.002
+    assert delays[-1] <= 0.02 + 0.05
+
+
+@pytest.mark.parametrize("doorbell", ["eventfd", "semaphore"])
+def test_dropped_ring_after_idle_costs_at_most_idle_recheck(doorbell):
+    # 300 ms idle takes the interval 20 -> 40 -> 80 -> 100 ms: a lost ring costs at most 100 ms, not 300
+    delays = _dropped_ring_delays(doorbell, 0.3, 5, recheck=0.02, idle_recheck=0.1)
+    assert delays[len(delays) // 2] <= 0.1 + 0.002
+    assert delays[-1] <= 0.1 + 0.05
+
+
+def test_idle_receiver_backs_off_and_a_message_resets_it():
+    ch = Channel(nslots=8, slot_size=128)
+    rx = ch.receiver(recheck_s=0.01, idle_recheck_s=0.04)
+    waits = []
+    bell_wait = rx._bell.wait
+    rx._bell.wait = lambda timeout: waits.append(round(timeout, 6)) or bell_wait(timeout)
+    assert rx.receive(timeout=0.3) is None
+    assert waits[:4] == [0.01, 0.02, 0.04, 0.04]
+    assert 6 <= len(waits) <= 10  # ~0.3 s / 40 ms once backed off, against 30 wakes at 10 ms
+    ch.sender().send(Kind.TOKENS, 1, 1, b"x", timeout=1)
+    assert rx.receive(timeout=1).request_id == 1
+    waits.clear()
+    assert rx.receive(timeout=0.05) is None
+    assert waits[:2] == [0.01, 0.02]
 
 
 def test_idle_consumer_uses_under_two_percent_of_a_core():
