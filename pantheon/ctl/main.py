@@ -2,9 +2,7 @@
 
 import difflib
 import os
-import re
 import sys
-import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -12,6 +10,7 @@ from pantheon.ctl import output as fmt
 from pantheon.ctl.client import DEFAULT_HTTP_TIMEOUT, AdminClient, AdminError, Refused, Unavailable
 from pantheon.ctl.fit import fit_text, fit_report
 from pantheon.ctl.ops_cli import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, OPS_RUNNERS, ops_commands
+from pantheon.ctl.values import parse_seconds, parse_size, parse_url, read_token_file
 from pantheon.errors import UsageError
 from pantheon.serve.flag_values import int_in, parse_dies, parse_id, parse_path, parse_secret
 from pantheon.serve.limits import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, MAX_BATCH_SLOTS, MAX_CTX_CAP
@@ -24,7 +23,6 @@ DEFAULT_LOAD_TIMEOUT = 300   # seconds the server may take to load a model
 DEFAULT_UNLOAD_TIMEOUT = 30  # seconds in-flight requests may run on before an unload aborts them
 MAX_OP_TIMEOUT = 3600        # the server's bound on both
 OP_GRACE = 10                # extra seconds we wait for the server's own answer after its timeout
-MAX_SECONDS = 86400
 
 EXIT_OK = 0                  # success; fit: FITS
 EXIT_TIGHT = 1               # fit: FITS-TIGHT
@@ -33,63 +31,6 @@ EXIT_REFUSED = 3             # the server refused (4xx); fit: DOES-NOT-FIT or RE
 EXIT_UNAVAILABLE = 4         # cannot reach the server, 5xx, timeout, unreadable answer
 
 FIT_EXIT = {"FITS": EXIT_OK, "FITS-TIGHT": EXIT_TIGHT, "DOES-NOT-FIT": EXIT_REFUSED, "REFUSED": EXIT_REFUSED}
-
-_SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,6})?")
-_SIZE = re.compile(r"([0-9]{1,19})([KMGT]?)(i?B)?", re.IGNORECASE)
-
-
-# ---- value parsers: (flag, text) -> value, raising UsageError naming the flag and the text
-
-
-def parse_seconds(flag, text):
-    """Seconds > 0 (decimals allowed), an int when whole."""
-    if text.startswith("-"):
-        raise UsageError(f"{flag} {text}: must not be negative (expected seconds > 0)")
-    if not _SECONDS.fullmatch(text):
-        raise UsageError(f"{flag} {text!r}: expected seconds, a number > 0")
-    value = float(text) if "." in text else int(text)
-    if not 0 < value <= MAX_SECONDS:
-        raise UsageError(f"{flag} {text}: out of range (0, {MAX_SECONDS}] seconds")
-    return value
-
-
-def parse_size(flag, text):
-    """Bytes: a whole number with an optional binary suffix K, M, G, T (also KiB/KB...: all powers of 1024)."""
-    m = _SIZE.fullmatch(text)
-    if m is None or (m[3] and m[3].lower() == "ib" and not m[2]):
-        raise UsageError(f"{flag} {text!r}: expected bytes, a whole number with an optional K/M/G/T suffix")
-    value = int(m[1]) << (10 * " KMGT".index(m[2].upper() or " "))
-    if value == 0:
-        raise UsageError(f"{flag} {text}: must be more than 0 bytes")
-    return value
-
-
-def parse_url(flag, text):
-    """http(s)://host[:port][/prefix] without query, fragment or credentials; no trailing slash."""
-    try:
-        parts = urllib.parse.urlsplit(text)
-        parts.port
-    except ValueError as e:
-        raise UsageError(f"{flag} {text!r}: not a URL ({e})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{flag} {text!r}: expected http://HOST[:PORT] or https://HOST[:PORT]")
-    if parts.query or parts.fragment or parts.username or parts.password:
-        raise UsageError(f"{flag} {text!r}: no query, fragment or user:password in the URL")
-    return text.rstrip("/")
-
-
-def read_token_file(flag, path):
-    """The one token in a file; blank lines and lines starting with '#' are skipped."""
-    try:
-        with open(parse_path(flag, path), encoding="utf-8") as f:
-            lines = [line.strip() for line in f.read().splitlines()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{flag} {path!r}: cannot read: {e}") from None
-    tokens = [line for line in lines if line and not line.startswith("#")]
-    if len(tokens) != 1:
-        raise UsageError(f"{flag} {path!r}: expected one token in the file, found {len(tokens)}")
-    return parse_secret(f"{flag} {path!r}", tokens[0])
-
 
 # ---- flags and commands: usage_text() is generated from these tables
 
