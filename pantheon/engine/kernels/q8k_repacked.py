@@ -8,33 +8,26 @@ activation sums per 32, and each super-block ends with q8k_lanes' two fmas:
 acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc). The mins' sums come from vpdpwssd
 (two scale·Σxq products per lane), and Q6_K passes eight vectors at once, each 6-bit word assembled once
 for the eight. The same integers and float operations as the zero-copy kernels, so results are bit-equal
-to them at every batch size.
+to them at every batch size. From TILED_FROM vectors on, tasks go through q8k_repacked_tiles instead; the
+layout's offsets are in q8k_repacked_layout.
 """
 
 import numpy as np
-from gguf import GGMLQuantizationType as T
 from numba import prange
 
 from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8dot_tiles import put_rows
-from pantheon.engine.kernels.q8k_lanes import pass1, pass4
-from pantheon.engine.kernels.repack import LAYOUTS, ROWS
+from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5, QH5_BYTES, QH6, SC, SC6,
+                                                         WORD, quants)
+from pantheon.engine.kernels.q8k_repacked_tiles import tiled
+from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, hi16, hload16, imac16,
-                                                imacs16, lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d,
-                                                spair16, vdot16, wdot16, wload16)
+from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, hi16, imac16, imacs16,
+                                                lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d, spair16,
+                                                vdot16, wdot16, wload16)
 
-# Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K (Q5_K: its qh words at
-# QH5, then Q4_K's fields QH5_BYTES later), then Q6_K.
-GB, GB5 = LAYOUTS[T.Q4_K][2] * ROWS, LAYOUTS[T.Q5_K][2] * ROWS
-SC, MN, D, DM = 4096, 4096 + 8 * ROWS, 4096 + 16 * ROWS, 4096 + 16 * ROWS + 2 * ROWS
-QH5, QH5_BYTES = 4096, 8 * 4 * ROWS
-GB6 = LAYOUTS[T.Q6_K][2] * ROWS
-QH6, SC6, D6 = 4096, 6144, 6144 + 16 * ROWS
-# Bytes of one quant word of all 32 rows.
-WORD = 4 * ROWS
 # From this many vectors on (prefill), a task is unpacked once into q8k_lanes' tile of 8-bit quants and
 # its passes are vpdpbusd alone: splitting nibbles and scaling per pass of 4 vectors cost more there
 # (Q6_K 5632x2048, 128 vectors: 8.2 ms against 6.9 for the zero-copy tiles).
@@ -50,19 +43,6 @@ def _finish(acc, at, isum, msum, row, o, g, xd):
 
 
 @inline
-def _quants(five, row, o, at, qt, pr, w):
-    """(low, high) quant groups of 16 rows for word w of pair pr (sub-blocks 2pr, 2pr + 1): nibbles of
-    the quant word at `at`, and for Q5_K (`five`) each one's fifth bit from qh word w."""
-    v = wload16(row, at)
-    lo, hi = lo16(v), hi16(v)
-    if five:
-        qh = wload16(row, o + QH5 + w * WORD + qt)
-        lo = or16(lo, qbit16(qh, max(4 - 2 * pr, 0), max(2 * pr - 4, 0)))
-        hi = or16(hi, qbit16(qh, max(3 - 2 * pr, 0), max(2 * pr - 3, 0)))
-    return lo, hi
-
-
-@inline
 def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
     """Vectors i..i+3 against rows 16g..16g+15 of task t over super-block b (Q5_K when `five`)."""
     row, o, h = p[t], b * (GB5 if five else GB), 64 * g
@@ -73,7 +53,7 @@ def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
         c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
         f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16()
         for w in range(8):
-            lo, hi = _quants(five, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
+            lo, hi = quants(five, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
             xo = b * QK_K + 64 * pr + 4 * w
             c0, c1 = vdot16(c0, lo, x0, xo), vdot16(c1, lo, x1, xo)
             c2, c3 = vdot16(c2, lo, x2, xo), vdot16(c3, lo, x3, xo)
@@ -115,7 +95,7 @@ def _one(p, t, g, xq, xd, bs16, i, b, acc):
     for pr in range(4):
         c0, f0 = izero16(), izero16()
         for w in range(8):
-            lo, hi = _quants(False, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
+            lo, hi = quants(False, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
             xo = b * QK_K + 64 * pr + 4 * w
             c0, f0 = vdot16(c0, lo, x0, xo), vdot16(f0, hi, x0, xo + 32)
         s0, s1 = bload16(row, o + SC + 2 * pr * ROWS + 16 * g), bload16(row, o + SC + (2 * pr + 1) * ROWS + 16 * g)
@@ -315,69 +295,6 @@ def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr):
 
 
 @inline
-def _unpack6(row, o, g, b, qt32, sv, mn, dt, dm):
-    """Rows 16g..16g+15 of a Q6_K super-block into q8k_lanes' tile (6-bit values 0..63, min 32·scale,
-    dmin = d, as q8k_tiles' common form has them)."""
-    h = 16 * g
-    for half in range(2):
-        for w in range(8):
-            ql = wload16(row, o + (16 * half + w) * WORD + 4 * h)
-            qm = wload16(row, o + (16 * half + 8 + w) * WORD + 4 * h)
-            qh = wload16(row, o + QH6 + (8 * half + w) * WORD + 4 * h)
-            word = b * 64 + 32 * half + w  # of value 128·half + 4w: then +32, +64, +96 values
-            store16(qt32, word * ROWS + h, six_a(ql, qh))
-            store16(qt32, (word + 8) * ROWS + h, six_b(qm, qh))
-            store16(qt32, (word + 16) * ROWS + h, six_c(ql, qh))
-            store16(qt32, (word + 24) * ROWS + h, six_d(qm, qh))
-    for j in range(16):
-        sc = sbload16(row, o + SC6 + j * ROWS + h)
-        store16(sv, (b * 16 + j) * ROWS + h, sc)
-        store16(mn, (b * 16 + j) * ROWS + h, imacs16(izero16(), sc, 32))
-    d = hload16(row, o + D6 + 2 * h)
-    store16(dt, b * ROWS + h, d)
-    store16(dm, b * ROWS + h, d)
-
-
-@inline
-def _unpack45(five, row, o, g, b, qt32, sv, mn, dt, dm):
-    """Rows 16g..16g+15 of a Q4_K / Q5_K super-block into q8k_lanes' tile (a scale at each per-32
-    entry, the per-32 kernels read only those; mins at both per-16 entries)."""
-    h, f = 16 * g, o + (QH5_BYTES if five else 0)
-    for pr in range(4):
-        for w in range(8):
-            lo, hi = _quants(five, row, o, o + (pr * 8 + w) * WORD + 4 * h, 4 * h, pr, w)
-            word = b * 64 + 16 * pr + w  # of value 64·pr + 4w; the high nibbles 32 values on
-            store16(qt32, word * ROWS + h, lo)
-            store16(qt32, (word + 8) * ROWS + h, hi)
-    for j in range(8):
-        m = bload16(row, f + MN + j * ROWS + h)
-        store16(sv, (b * 16 + 2 * j) * ROWS + h, bload16(row, f + SC + j * ROWS + h))
-        store16(mn, (b * 16 + 2 * j) * ROWS + h, m)
-        store16(mn, (b * 16 + 2 * j + 1) * ROWS + h, m)
-    store16(dt, b * ROWS + h, hload16(row, f + D + 2 * h))
-    store16(dm, b * ROWS + h, hload16(row, f + DM + 2 * h))
-
-
-@inline
-def _tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp):
-    """Task t for many vectors: unpacked once into q8k_lanes' tile (a copy with no transposes: the
-    layout is interleaved already), then q8k_lanes' passes, vpdpbusd alone per quant word and vector."""
-    n, gb = xq.shape[0], GB6 if bits == 6 else (GB5 if bits == 5 else GB)
-    for b in range(xd.shape[1]):
-        stream_ahead(p[t], b * gb, gb, True)
-        for g in range(2):
-            if bits == 6:
-                _unpack6(p[t], b * gb, g, b, qt32, sv, mn, dt, dm)
-            else:
-                _unpack45(bits == 5, p[t], b * gb, g, b, qt32, sv, mn, dt, dm)
-    nr, sub, qt = min(rows, (t + 1) * ROWS) - t * ROWS, 16 if bits == 6 else 32, qt32.view(np.uint8)
-    for i in range(0, n - n % 4, 4):
-        pass4(sub, qt, sv, mn, dt, dm, xq, xd, bs16, i, out, t * ROWS, nr, tmp)
-    for i in range(n - n % 4, n):
-        pass1(sub, qt, sv, mn, dt, dm, xq, xd, bs16, i, out, t * ROWS, nr, tmp)
-
-
-@inline
 def _products(bits, p, rows, xq, xd, bs16, out, threads):
     """out [n, rows]: each of `threads` workers streams one contiguous run of tasks; from TILED_FROM
     vectors on, each task is unpacked once into q8k_lanes' tile first."""
@@ -388,15 +305,15 @@ def _products(bits, p, rows, xq, xd, bs16, out, threads):
         acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
         tmp = np.empty(16, np.float32)  # [16] one ragged row group
         scr = np.empty(8 * 64, np.uint8)  # [8, 16] Q6_K scale pairs of 16 rows, int16 each
-        tiled = n >= TILED_FROM
-        qt32 = np.empty(cols // 4 * ROWS if tiled else 0, np.uint32)  # [cols/4, 32] quant words
-        sv = np.empty(cols // 16 * ROWS if tiled else 0, np.int32)  # [cols/16, 32] scales in row lanes
-        mn = np.empty(cols // 16 * ROWS if tiled else 0, np.int32)  # [cols/16, 32] mins in row lanes
-        dt = np.empty(cols // QK_K * ROWS if tiled else 0, np.float32)  # [nb, 32] d in row lanes
-        dm = np.empty(cols // QK_K * ROWS if tiled else 0, np.float32)  # [nb, 32] dmin in row lanes
+        many = n >= TILED_FROM
+        qt32 = np.empty(cols // 4 * ROWS if many else 0, np.uint32)  # [cols/4, 32] quant words
+        sv = np.empty(cols // 16 * ROWS if many else 0, np.int32)  # [cols/16, 32] scales in row lanes
+        mn = np.empty(cols // 16 * ROWS if many else 0, np.int32)  # [cols/16, 32] mins in row lanes
+        dt = np.empty(cols // QK_K * ROWS if many else 0, np.float32)  # [nb, 32] d in row lanes
+        dm = np.empty(cols // QK_K * ROWS if many else 0, np.float32)  # [nb, 32] dmin in row lanes
         for t in range(wk * per, min(tasks, (wk + 1) * per)):
-            if tiled:
-                _tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp)
+            if many:
+                tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp)
             else:
                 _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr)
 

@@ -1,0 +1,31 @@
+"""Where the fields of a repacked K-quant super-block lie (kernels.repack), and the quant-word reader
+the repacked K-quant kernels share."""
+
+from gguf import GGMLQuantizationType as T
+
+from pantheon.engine.kernels.jit import inline
+from pantheon.engine.kernels.repack import LAYOUTS, ROWS
+from pantheon.engine.kernels.simd_lanes import hi16, lo16, or16, qbit16, wload16
+
+# Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K (Q5_K: its qh words at
+# QH5, then Q4_K's fields QH5_BYTES later), then Q6_K.
+GB, GB5 = LAYOUTS[T.Q4_K][2] * ROWS, LAYOUTS[T.Q5_K][2] * ROWS
+SC, MN, D, DM = 4096, 4096 + 8 * ROWS, 4096 + 16 * ROWS, 4096 + 16 * ROWS + 2 * ROWS
+QH5, QH5_BYTES = 4096, 8 * 4 * ROWS
+GB6 = LAYOUTS[T.Q6_K][2] * ROWS
+QH6, SC6, D6 = 4096, 6144, 6144 + 16 * ROWS
+# Bytes of one quant word of all 32 rows.
+WORD = 4 * ROWS
+
+
+@inline
+def quants(five, row, o, at, qt, pr, w):
+    """(low, high) quant groups of 16 rows for word w of pair pr (sub-blocks 2pr, 2pr + 1): nibbles of
+    the quant word at `at`, and for Q5_K (`five`) each one's fifth bit from qh word w."""
+    v = wload16(row, at)
+    lo, hi = lo16(v), hi16(v)
+    if five:
+        qh = wload16(row, o + QH5 + w * WORD + qt)
+        lo = or16(lo, qbit16(qh, max(4 - 2 * pr, 0), max(2 * pr - 4, 0)))
+        hi = or16(hi, qbit16(qh, max(3 - 2 * pr, 0), max(2 * pr - 3, 0)))
+    return lo, hi
