@@ -35,16 +35,20 @@ class Mux:
         """Next (index, Message), or None after `timeout` seconds (None: forever)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         spin_end = time.monotonic() + self.spin_s
+        slept = False
         while True:
             got = self.poll()
             if got is not None:
                 self.recheck.traffic()
                 return got
+            if slept:
+                self.recheck.empty()  # the last wait ended with nothing to read
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return None
             if now >= spin_end:
                 self._sleep(self.recheck.wait(now, deadline))
+                slept = True
 
     def _sleep(self, wait):
         rings = [r._ring for r in self.receivers]
@@ -56,5 +60,3 @@ class Mux:
         for r in self.receivers:
             r._ring.sleeping = 0
             r._bell.drain()
-        if all(ring.peek() < 0 for ring in rings):
-            self.recheck.empty()
