@@ -4,7 +4,7 @@ import re
 import urllib.parse
 
 from pantheon.errors import UsageError
-from pantheon.serve.flag_values import parse_path, parse_secret
+from pantheon.serve.flag_values import read_secret_lines
 
 MAX_SECONDS = 86400
 
@@ -51,12 +51,7 @@ def parse_url(flag, text):
 
 def read_token_file(flag, path):
     """The one token in a file; blank lines and lines starting with '#' are skipped."""
-    try:
-        with open(parse_path(flag, path), encoding="utf-8") as f:
-            lines = [line.strip() for line in f.read().splitlines()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{flag} {path!r}: cannot read: {e}") from None
-    tokens = [line for line in lines if line and not line.startswith("#")]
+    tokens = read_secret_lines(flag, path)
     if len(tokens) != 1:
         raise UsageError(f"{flag} {path!r}: expected one token in the file, found {len(tokens)}")
-    return parse_secret(f"{flag} {path!r}", tokens[0])
+    return tokens[0]

@@ -164,16 +164,21 @@ def _die_name(flag, text, token):
 
 def read_key_file(flag, path):
     """API keys, one a line; blank lines and lines starting with '#' are skipped."""
+    keys = read_secret_lines(flag, path)
+    if not keys:
+        raise UsageError(f"{flag} {path!r}: no keys in the file")
+    return keys
+
+
+def read_secret_lines(flag, path):
+    """The keys or tokens of a file, one a line, each checked; blank lines and '#' comments skipped."""
     try:
         with open(parse_path(flag, path), encoding="utf-8") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{flag} {path!r}: cannot read: {e}") from None
     keys = [_file_key(flag, path, n, line.strip()) for n, line in enumerate(lines, 1)]
-    keys = [k for k in keys if k]
-    if not keys:
-        raise UsageError(f"{flag} {path!r}: no keys in the file")
-    return keys
+    return [k for k in keys if k]
 
 
 def _file_key(flag, path, lineno, line):
