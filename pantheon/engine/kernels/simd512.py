@@ -35,9 +35,9 @@ def _as_i32(builder, v):
     return v if v.type.width == 32 else builder.sext(v, _I32)
 
 
-def _call(builder, name, ret, args):
+def _call(builder, name, ret, args, flags=()):
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, [a.type for a in args]), name)
-    return builder.call(fn, args)
+    return builder.call(fn, args, fastmath=flags)
 
 
 @intrinsic
@@ -160,13 +160,14 @@ def fma8(typingctx, acc, dots, zero, d, xd):
     return F32X8(acc, dots, zero, d, types.float32), codegen
 
 
-def reduction(name, llvm_name, scalar, doc):
-    """An intrinsic folding one vector's lanes to a scalar (numba type `scalar`) by LLVM's `llvm_name`."""
+def reduction(name, llvm_name, scalar, doc, flags=()):
+    """An intrinsic folding one vector's lanes to a scalar (numba type `scalar`) by LLVM's `llvm_name`,
+    with the fast-math `flags` given (only ones that cannot change its result for its callers)."""
     ret = _F32 if scalar == types.float32 else ir.IntType(scalar.bitwidth)
 
     def typer(typingctx, v):
         def codegen(context, builder, sig, args):
-            return _call(builder, llvm_name, ret, [args[0]])
+            return _call(builder, llvm_name, ret, [args[0]], flags)
         return scalar(v), codegen
     typer.__name__, typer.__doc__ = name, doc
     return intrinsic(typer)

@@ -73,7 +73,11 @@ def vabsmax16(typingctx, m, v):
     return F32X16(m, v), codegen
 
 
-hmax16 = reduction("hmax16", "llvm.vector.reduce.fmax.v16f32", types.float32, "The largest of 16 non-NaN lanes.")
+# nnan: without it LLVM lowers the reduction to 15 serial NaN-checked scalar maxes, about 60 cycles a block
+# of the activation quantizer (2.4x its time at 8 rows); with it, a shuffle tree of vmaxps. Callers pass
+# NaN-free lanes (vabsmax16 drops NaN) and a max is exact in any order, so the result is unchanged.
+hmax16 = reduction("hmax16", "llvm.vector.reduce.fmax.v16f32", types.float32,
+                   "The largest of 16 lanes, none of them NaN (nnan lets LLVM use a shuffle tree).", ("nnan",))
 
 
 @intrinsic

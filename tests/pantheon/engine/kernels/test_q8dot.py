@@ -37,6 +37,20 @@ def test_activations_are_rounded_like_llama_cpp():
     np.testing.assert_array_equal(acts.xsum, q.reshape(5, -1, 32).sum(-1, dtype=np.int32))
 
 
+def test_the_scale_comes_from_the_largest_magnitude_in_any_lane():
+    """Row p's block 0 has its largest |x| at position p (negative on odd rows): the 16-lane max reduction
+    (a shuffle tree since it may assume no NaN) must find it in either half and every lane."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1.0, 1.0, (32, 64)).astype(np.float32)  # [32, 64]
+    for p in range(32):
+        x[p, p] = np.float32(3.0 if p % 2 == 0 else -3.0) + np.float32(p) / 64
+    acts = q8dot.Activations(x)
+    q, d = reference_quantize(x)
+    np.testing.assert_array_equal(acts.xd, d)
+    np.testing.assert_array_equal(acts.xq.view(np.int8), q)
+    np.testing.assert_array_equal(np.abs(q[np.arange(32), np.arange(32)]), 127)
+
+
 @pytest.mark.parametrize("qtype", TYPES)
 @pytest.mark.parametrize("n", BATCHES)
 def test_product_matches_float64_on_the_same_int8_activations(qtype, n):
