@@ -8,8 +8,11 @@ integer kernels (q8k_q4q5, q8k_q6) can fold the K-quant mins and offsets out thr
 import numpy as np
 from numba import prange
 
-from pantheon.engine.kernels.jit import exact
+from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K
+from pantheon.engine.kernels.simd512 import fzero16
+from pantheon.engine.kernels.simd_f32 import hmax16, isum16, qround16, vabsmax16
+from pantheon.engine.kernels.simd_lanes import fload16
 
 
 @exact
@@ -17,23 +20,38 @@ def quantize_q8_k(x, xq, xd, bs16):
     """x float32 [n, cols] -> xq int8 [n, cols], xd [n, cols/256], bs16 int16 Σxq per 16 values.
 
     No fastmath: the rounding is llama.cpp's to the bit (iscale = -127/max of the signed extreme,
-    q = min(127, round-half-even(iscale·x)), d = 1/iscale)."""
+    q = min(127, round-half-even(iscale·x)), d = 1/iscale), 16 values per instruction. The min is left
+    out: |iscale·x| <= 127·(1 + 2^-24) for every x of the block, which rounds to at most 127."""
     n, cols = x.shape
     for i in prange(n):
+        xr, qr = x[i], xq[i]  # [cols] each
         for b in range(cols // QK_K):
-            amax, top = np.float32(0.0), np.float32(0.0)
-            for j in range(b * QK_K, (b + 1) * QK_K):
-                if abs(x[i, j]) > amax:
-                    amax, top = abs(x[i, j]), x[i, j]
+            o = b * QK_K
+            amax = _block_amax(xr, o)
+            top = _first_of_magnitude(xr, o, amax)
             iscale = np.float32(-127.0) / top if amax > 0 else np.float32(0.0)
             xd[i, b] = np.float32(1.0) / iscale if amax > 0 else np.float32(0.0)
-            for g in range(b * 16, (b + 1) * 16):
-                s = np.int32(0)
-                for j in range(g * 16, g * 16 + 16):
-                    q = min(np.int32(127), np.int32(np.rint(iscale * x[i, j])))
-                    xq[i, j] = q
-                    s += q
-                bs16[i, g] = s
+            for g in range(QK_K // 16):
+                bs16[i, b * 16 + g] = isum16(qround16(xr, o + 16 * g, iscale, qr, o + 16 * g))
+
+
+@inline
+def _block_amax(xr, o):
+    """The largest |x| of xr[o:o+256] (NaN ignored, as llama.cpp's `ax > amax` test ignores it)."""
+    m = fzero16()
+    for k in range(o, o + QK_K, 16):
+        m = vabsmax16(m, fload16(xr, k))
+    return hmax16(m)
+
+
+@inline
+def _first_of_magnitude(xr, o, amax):
+    """The signed x of the first position in xr[o:o+256] whose |x| is amax: the extreme llama.cpp keeps
+    (it replaces its running extreme only on a strictly larger |x|)."""
+    for j in range(o, o + QK_K):
+        if abs(xr[j]) == amax:
+            return xr[j]
+    return np.float32(0.0)
 
 
 class Q8K:

@@ -51,6 +51,20 @@ def test_activations_are_rounded_like_llama_cpp():
     assert acts.xq.view(np.int8)[3, 7] == -127 and acts.xd[3, 0] > 0
 
 
+@pytest.mark.parametrize("first", [-5.0, 5.0])
+def test_the_first_of_two_extremes_of_opposite_sign_sets_the_scale(first):
+    """+m and -m in one block: llama.cpp keeps the first (a strictly larger |x| replaces its extreme),
+    which decides the sign of iscale and so every quant's sign."""
+    x = np.random.default_rng(2).uniform(-1.0, 1.0, (2, 256)).astype(np.float32)  # [2, 256]
+    x[0, 3], x[0, 200] = first, -first
+    x[1, 250] = np.float32(-first)  # the extreme in the last vector of the block
+    acts = q8k.activations(x)
+    q, d = reference_q8_k(x)
+    np.testing.assert_array_equal(acts.xq.view(np.int8), q)
+    np.testing.assert_array_equal(acts.xd, d)
+    assert acts.xq.view(np.int8)[0, 3] == -127 and acts.xq.view(np.int8)[1, 250] == -127
+
+
 def dequantized_acts(acts, cols):
     return (acts.xq.view(np.int8).astype(np.float64).reshape(acts.n, -1, 256) * acts.xd[..., None]).reshape(-1, cols)
 
