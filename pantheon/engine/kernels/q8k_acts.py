@@ -21,7 +21,8 @@ def quantize_q8_k(x, xq, xd, bs16):
 
     No fastmath: the rounding is llama.cpp's to the bit (iscale = -127/max of the signed extreme,
     q = min(127, round-half-even(iscale·x)), d = 1/iscale), 16 values per instruction. The min is left
-    out: |iscale·x| <= 127·(1 + 2^-24) for every x of the block, which rounds to at most 127."""
+    out: |x| <= |top| for every x of the block, so |iscale·x| is 127·|x|/|top| <= 127 up to two float32
+    roundings (a relative 2^-23), far below the 127.5 that would round to 128."""
     n, cols = x.shape
     for i in prange(n):
         xr, qr = x[i], xq[i]  # [cols] each
