@@ -1,9 +1,12 @@
 """Causal grouped-query attention in tiles of up to 16 query vectors that read the same keys.
 
 A tile's lanes are (row, head) queries of one sequence and one kv head: the g heads sharing it, for
-16 // g consecutive rows (g > 16: 16 heads of one row). Each key and value element is loaded once and
-broadcast to every lane, so scores, softmax and value sums run 16 queries per instruction; the
-per-(row, head) loops this replaced ran one query at a time with a libm exp per score.
+16 // g consecutive rows (g > 16: 16 heads of one row). Each key element is loaded once and broadcast
+to every lane, so scores and softmax run 16 queries per instruction; the per-(row, head) loops this
+replaced ran one query at a time with a libm exp per score. Value sums run the other way round: 16
+columns of one query per instruction, 8 queries per pass, each weight broadcast. A decode tile has
+one row, so with g = 8 only 8 of its 16 lanes are queries, and this way no instruction is spent on
+the empty ones; the sums land in the output's own layout too.
 
 A lane's arithmetic never depends on the other lanes: its scores are fma chains over the head
 dimension in order, its softmax covers its own positions only (later ones in the tile weigh exactly
@@ -43,8 +46,8 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
 
     Row r belongs to sequence seg[r] at position pos[r]; ks[s], vs[s] are that sequence's caches
     [n_layer, KV, capacity, hd], float16 bits in uint16, and layer `li` is used; `threads` workers
-    take every threads-th tile (a prefill's later rows attend to more positions, so contiguous shares
-    would be uneven)."""
+    take every threads-th unit of tiles (`_unit`; a prefill's later rows attend to more positions, so
+    contiguous shares would be uneven)."""
     n_head, hd, n_kv = q.shape[1], q.shape[2], k_new.shape[1]
     for r in prange(q.shape[0]):
         kc, vc = ks[seg[r]], vs[seg[r]]  # [n_layer, KV, capacity, hd]
@@ -53,20 +56,38 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
             _narrow(k_new[r, h], kc.reshape(-1), o)
             _narrow(v_new[r, h], vc.reshape(-1), o)
     tiles = _tiles(seg, n_head, n_kv)  # [T, 5]
-    workers = max(1, min(threads, tiles.shape[0]))
+    per = _unit(tiles.shape[0], n_head, n_kv, threads)
+    units = tiles.shape[0] // per
+    workers = max(1, min(threads, units))
     longest = pos.max() + 1
     for wk in prange(workers):
         qt = np.empty(hd * LANES, np.float32)  # [hd, 16] the tile's queries, lane-major
         sc = np.empty(longest * LANES, np.float32)  # [positions, 16] scores, then weights
         buf = np.empty(CHUNK * hd, np.float32)  # [CHUNK, hd] one chunk's keys or values, widened
-        acc = np.empty(hd * LANES, np.float32)  # [hd, 16] every column's value sum per lane
+        acc = np.empty(LANES * hd, np.float32)  # [16, hd] each lane's value sums
         lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, then 1 / sum)
-        who = np.empty((3, LANES), np.int64)  # [3, 16] each lane's row, head and positions seen
-        for t in range(wk, tiles.shape[0], workers):
-            if t + workers < tiles.shape[0]:
-                _prefetch(tiles[t + workers], ks, vs, seg, pos, li, n_kv, hd)
-            kf, vf, base = _cache_rows(tiles[t], ks, vs, seg, li, n_kv, hd)
-            _tile(q, kf, vf, base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who)
+        who = np.empty((3, LANES), np.int64)  # [3, 16] each lane's row, query offset and positions seen
+        for u in range(wk, units, workers):
+            kc, vc = ks[seg[tiles[u * per, 0]]], vs[seg[tiles[u * per, 0]]]  # [n_layer, KV, capacity, hd]
+            for t in range(u * per, u * per + per):
+                if t + 1 < u * per + per:
+                    _prefetch(tiles[t + 1], kc, vc, pos, li, hd)
+                elif u + workers < units:
+                    nxt = tiles[(u + workers) * per]
+                    _prefetch(nxt, ks[seg[nxt[0]]], vs[seg[nxt[0]]], pos, li, hd)
+                base = _base(tiles[t], kc, li)
+                _tile(q, kc.reshape(-1), vc.reshape(-1), base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who)
+
+
+@inline
+def _unit(n_tiles, n_head, n_kv, threads):
+    """Tiles a worker takes at a time: a row block's (every kv head of the same rows, so of one sequence)
+    when there are enough blocks to share, else one. A worker then looks its sequence's caches up once
+    per block: each lookup counts a reference on the cache array, and two workers counting on the same
+    array, tile after tile, cost a decode step more than its tiles' arithmetic."""
+    g = n_head // n_kv
+    per = n_kv * -(-g // min(g, LANES))
+    return per if n_tiles // per >= 2 * threads else 1
 
 
 @inline
@@ -89,18 +110,18 @@ def _widen(src, o, n, dst):
 
 
 @inline
-def _cache_rows(tile, ks, vs, seg, li, n_kv, hd):
-    """Flat views of the caches `tile` reads, and where its kv head's position 0 starts in them."""
-    kc = ks[seg[tile[0]]]  # [n_layer, KV, capacity, hd]
-    return kc.reshape(-1), vs[seg[tile[0]]].reshape(-1), (li * n_kv + tile[2]) * kc.shape[2] * hd
+def _base(tile, kc, li):
+    """Where `tile`'s kv head's position 0 starts in its sequence's cache kc [n_layer, KV, capacity, hd]
+    (or vc) read flat."""
+    return ((li * kc.shape[1] + tile[2]) * kc.shape[2]) * kc.shape[3]
 
 
 @inline
-def _prefetch(tile, ks, vs, seg, pos, li, n_kv, hd):
-    """Ask for the keys and values `tile` reads into L2 while the worker's current tile runs: a decode
-    tile reads a few KiB that the weight stream evicted, too little for the hardware prefetcher to
-    find its stride before the tile ends."""
-    kf, vf, base = _cache_rows(tile, ks, vs, seg, li, n_kv, hd)
+def _prefetch(tile, kc, vc, pos, li, hd):
+    """Ask for the keys and values `tile` reads from its sequence's caches kc, vc into L2 while the
+    worker's current tile runs: a decode tile reads a few KiB that the weight stream evicted, too
+    little for the hardware prefetcher to find its stride before the tile ends."""
+    base, kf, vf = _base(tile, kc, li), kc.reshape(-1), vc.reshape(-1)
     for o in range(base, base + (pos[tile[0] + tile[1] - 1] + 1) * hd, LINE):
         prefetch_l2(kf, o)
         prefetch_l2(vf, o)
@@ -136,28 +157,31 @@ def _tile(q, kf, vf, base, tile, pos, out, qt, sc, buf, acc, lanes, who):
     start at kf/vf[base]."""
     r0, nr, h0, nh = tile[0], tile[1], tile[3], tile[4]
     hd, nl = q.shape[2], nr * nh
-    rows, heads = who[0], who[1]  # [16] each lane's query
+    rows, at = who[0], who[1]  # [16] each lane's row; where its query starts in q (and its output in out)
     for lane in range(nl):
-        rows[lane], heads[lane] = r0 + lane // nh, h0 + lane % nh
+        rows[lane] = r0 + lane // nh
+        at[lane] = (rows[lane] * q.shape[1] + h0 + lane % nh) * hd
     qt[:] = 0.0
+    qf = q.reshape(-1)  # flat offsets: no per-element index arithmetic in a fill every tile pays
     for lane in range(nl):
         for d in range(hd):
-            qt[d * LANES + lane] = q[rows[lane], heads[lane], d]
+            qt[d * LANES + lane] = qf[at[lane] + d]
     length = pos[r0:r0 + nr].max() + 1  # the positions the tile's longest row reads
     for c0 in range(0, length, CHUNK):
         m = min(CHUNK, length - c0)
         _widen(kf, base + c0 * hd, m * hd, buf)
         _chunk_scores(qt, buf, m, hd, sc, c0)
     _softmax(sc, length, rows, nl, pos, lanes, who[2])
-    acc[:] = 0.0
+    acc[:nl * hd] = 0.0
     for c0 in range(0, length, CHUNK):
         m = min(CHUNK, length - c0)
         _widen(vf, base + c0 * hd, m * hd, buf)
-        for d in range(0, hd - hd % UNROLL, UNROLL):
-            _values8(sc, buf, d, hd, c0, m, acc)
-        for d in range(hd - hd % UNROLL, hd):
-            _value1(sc, buf, d, hd, c0, m, acc)
-    _put(acc, lanes, out, rows, heads, nl, hd)
+        for l0 in range(0, nl, UNROLL):
+            for d in range(0, hd - hd % LANES, LANES):
+                _values8(sc, buf, d, hd, c0, m, acc, l0)
+            for d in range(hd - hd % LANES, hd):
+                _value1(sc, buf, d, hd, c0, m, acc, l0, nl)
+    _put(acc, lanes, out.reshape(-1), at, nl, hd)
 
 
 @inline
@@ -229,36 +253,39 @@ def _softmax(sc, length, rows, nl, pos, lanes, ends):
 
 
 @inline
-def _values8(sc, buf, d, hd, c0, m, acc):
-    """acc[d..d+8, lanes] += Σ_j weight[c0 + j, lane]·v[j, c] over the chunk's m widened values in buf, in
-    position order (the sums carry from chunk to chunk, so chunking leaves every fma chain as it was)."""
-    a0, a1 = fload16(acc, d * LANES), fload16(acc, (d + 1) * LANES)
-    a2, a3 = fload16(acc, (d + 2) * LANES), fload16(acc, (d + 3) * LANES)
-    a4, a5 = fload16(acc, (d + 4) * LANES), fload16(acc, (d + 5) * LANES)
-    a6, a7 = fload16(acc, (d + 6) * LANES), fload16(acc, (d + 7) * LANES)
+def _values8(sc, buf, d, hd, c0, m, acc, l0):
+    """acc[l0..l0+8, d..d+16] += Σ_j weight[c0 + j, lane]·v[j, d..d+16] over the chunk's m widened values in
+    buf, in position order (the sums carry from chunk to chunk, so chunking leaves every fma chain as it
+    was). Lanes past the tile's last hold scratch: their sums are never read."""
+    a0, a1 = fload16(acc, l0 * hd + d), fload16(acc, (l0 + 1) * hd + d)
+    a2, a3 = fload16(acc, (l0 + 2) * hd + d), fload16(acc, (l0 + 3) * hd + d)
+    a4, a5 = fload16(acc, (l0 + 4) * hd + d), fload16(acc, (l0 + 5) * hd + d)
+    a6, a7 = fload16(acc, (l0 + 6) * hd + d), fload16(acc, (l0 + 7) * hd + d)
     for j in range(m):
-        w = fload16(sc, (c0 + j) * LANES)  # [16] weights of position c0 + j
-        o = j * hd + d
-        a0, a1 = vfma16(w, fbcast16(buf, o), a0), vfma16(w, fbcast16(buf, o + 1), a1)
-        a2, a3 = vfma16(w, fbcast16(buf, o + 2), a2), vfma16(w, fbcast16(buf, o + 3), a3)
-        a4, a5 = vfma16(w, fbcast16(buf, o + 4), a4), vfma16(w, fbcast16(buf, o + 5), a5)
-        a6, a7 = vfma16(w, fbcast16(buf, o + 6), a6), vfma16(w, fbcast16(buf, o + 7), a7)
+        v = fload16(buf, j * hd + d)  # [16] columns d..d+16 of position c0 + j
+        w = (c0 + j) * LANES + l0
+        a0, a1 = vfma16(fbcast16(sc, w), v, a0), vfma16(fbcast16(sc, w + 1), v, a1)
+        a2, a3 = vfma16(fbcast16(sc, w + 2), v, a2), vfma16(fbcast16(sc, w + 3), v, a3)
+        a4, a5 = vfma16(fbcast16(sc, w + 4), v, a4), vfma16(fbcast16(sc, w + 5), v, a5)
+        a6, a7 = vfma16(fbcast16(sc, w + 6), v, a6), vfma16(fbcast16(sc, w + 7), v, a7)
     for k, a in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
-        store16(acc, (d + k) * LANES, a)
+        store16(acc, (l0 + k) * hd + d, a)
 
 
 @inline
-def _value1(sc, buf, d, hd, c0, m, acc):
-    """`_values8` for the one column d."""
-    a = fload16(acc, d * LANES)
-    for j in range(m):
-        a = vfma16(fload16(sc, (c0 + j) * LANES), fbcast16(buf, j * hd + d), a)
-    store16(acc, d * LANES, a)
+def _value1(sc, buf, d, hd, c0, m, acc, l0, nl):
+    """`_values8` for the one column d of head dims past the last multiple of 16: lane by lane."""
+    for lane in range(l0, min(l0 + UNROLL, nl)):
+        a = acc[lane * hd + d]
+        for j in range(m):
+            a += sc[(c0 + j) * LANES + lane] * buf[j * hd + d]
+        acc[lane * hd + d] = a
 
 
 @inline
-def _put(acc, inv, out, rows, heads, nl, hd):
-    """out[row, head·hd + c] = acc[c, lane]·inv[lane] for each used lane and column c."""
-    for c in range(hd):
-        for lane in range(nl):
-            out[rows[lane], heads[lane] * hd + c] = acc[c * LANES + lane] * inv[lane]
+def _put(acc, inv, out, at, nl, hd):
+    """out[at[lane] + c] = acc[lane, c]·inv[lane] for each used lane and column c (out flat)."""
+    for lane in range(nl):
+        o, s = at[lane], inv[lane]
+        for c in range(hd):
+            out[o + c] = acc[lane * hd + c] * s
