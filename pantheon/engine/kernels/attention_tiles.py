@@ -22,7 +22,7 @@ float32 scratch that stays in L1/L2; the arithmetic is float32 as before.
 import numpy as np
 from numba import prange
 
-from pantheon.engine.kernels.fastexp import expf
+from pantheon.engine.kernels.fastexp import expf, expf16
 from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.simd import prefetch_l2
 from pantheon.engine.kernels.simd512 import fzero16, store16
@@ -235,17 +235,15 @@ def _softmax(sc, length, rows, nl, pos, lanes, ends):
         for lane in range(LANES):
             if j < ends[lane]:
                 lanes[lane] = max(lanes[lane], sc[j * LANES + lane])
-    top = fload16(lanes, 0)
+    top, total = fload16(lanes, 0), fzero16()
     for j in range(common):
-        store16(sc, j * LANES, vsub16(fload16(sc, j * LANES), top))
-    for i in range(common * LANES):
-        sc[i] = expf(sc[i])
+        w = expf16(vsub16(fload16(sc, j * LANES), top))  # [16] weights of position j
+        store16(sc, j * LANES, w)
+        total = vadd16(total, w)
     for j in range(common, length):
         for lane in range(LANES):
             w = expf(sc[j * LANES + lane] - lanes[lane]) if j < ends[lane] else np.float32(0.0)
             sc[j * LANES + lane] = w
-    total = fzero16()
-    for j in range(length):
         total = vadd16(total, fload16(sc, j * LANES))
     store16(lanes, 0, total)
     for lane in range(LANES):

@@ -1,5 +1,8 @@
 """exp in float32 arithmetic that LLVM vectorizes: numba's np.exp is a libm call per element (no SVML).
 
+`expf16` is the same sequence of IEEE operations on 16 lanes, so a lane's bits equal `expf`'s: a caller
+may take one value through either (the attention softmax does, by where a position falls in its tile).
+
 Cephes' expf: x = n·ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact n·ln2_hi), e^r from a
 degree-7 polynomial, 2^n built in the exponent bits. Relative error under 2e-7 (tests/.../test_fastexp);
 llama.cpp's silu and softmax use an approximation of the same kind.
@@ -11,6 +14,8 @@ from numba import types
 from numba.extending import intrinsic
 
 from pantheon.engine.kernels.jit import inline
+from pantheon.engine.kernels.simd import _splat
+from pantheon.engine.kernels.simd512 import F32X16, _F32, _I32, _V16F, _V16I, _call
 
 LOG2E = np.float32(1.44269504088896341)
 LN2_HI = np.float32(0.693359375)  # 8 significant bits: n·LN2_HI is exact for |n| < 2^15
@@ -40,3 +45,24 @@ def expf(x):
     p = ((((P[0] * r + P[1]) * r + P[2]) * r + P[3]) * r + P[4]) * r + P[5]
     y = p * r * r + r + np.float32(1.0)
     return y * f32_from_bits((np.int32(n) + np.int32(127)) << np.int32(23))
+
+
+@intrinsic
+def expf16(typingctx, v):
+    """`expf` of each of 16 float32 lanes, operation for operation (so bit for bit): LLVM left the scalar
+    loop at 8 lanes with spills, ~5 instructions per value, inside the large attention kernel."""
+    def codegen(context, builder, sig, args):
+        def c(x):
+            return _splat(builder, ir.Constant(_F32, float(x)), _V16F)
+        x = args[0]
+        x = builder.select(builder.fcmp_ordered(">", c(LO), x), c(LO), x)  # max(x, LO), as numba's max
+        x = builder.select(builder.fcmp_ordered("<", c(HI), x), c(HI), x)  # min(x, HI)
+        n = _call(builder, "llvm.floor.v16f32", _V16F, [builder.fadd(builder.fmul(x, c(LOG2E)), c(0.5))])
+        r = builder.fsub(builder.fsub(x, builder.fmul(n, c(LN2_HI))), builder.fmul(n, c(LN2_LO)))
+        p = c(P[0])
+        for k in P[1:]:
+            p = builder.fadd(builder.fmul(p, r), c(k))
+        y = builder.fadd(builder.fadd(builder.fmul(builder.fmul(p, r), r), r), c(1.0))
+        e = builder.add(builder.fptosi(n, _V16I), _splat(builder, ir.Constant(_I32, 127), _V16I))
+        return builder.fmul(y, builder.bitcast(builder.shl(e, _splat(builder, ir.Constant(_I32, 23), _V16I)), _V16F))
+    return F32X16(v), codegen

@@ -3,7 +3,9 @@
 import numba
 import numpy as np
 
-from pantheon.engine.kernels.fastexp import HI, LO, expf
+from pantheon.engine.kernels.fastexp import HI, LO, expf, expf16
+from pantheon.engine.kernels.simd512 import store16
+from pantheon.engine.kernels.simd_lanes import fload16
 
 
 @numba.njit
@@ -17,6 +19,26 @@ def _expf(x):
     out = np.empty_like(x)
     _expf_all(x, out)
     return out
+
+
+@numba.njit
+def _expf16_all(x, out):
+    for i in range(0, x.size, 16):
+        store16(out, i, expf16(fload16(x, i)))
+
+
+def test_sixteen_lanes_give_the_scalar_bits_everywhere():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([np.linspace(LO - 5, HI + 5, 1 << 20, dtype=np.float32),
+                        (rng.standard_normal(1 << 16) * 30).astype(np.float32),
+                        rng.uniform(-1e-6, 1e-6, 1 << 12).astype(np.float32),
+                        np.array([-np.inf, np.inf, -1e30, 1e30, 0.0, -0.0, LO, HI] * 2, np.float32)])
+    got = np.empty_like(x)
+    _expf16_all(x, got)
+    assert np.array_equal(got.view(np.uint32), _expf(x).view(np.uint32))
+    nan = np.full(16, np.nan, np.float32)
+    _expf16_all(nan, got[:16])
+    assert np.isnan(got[:16]).all()
 
 
 def test_relative_error_is_under_two_ten_millionths_across_the_range():
