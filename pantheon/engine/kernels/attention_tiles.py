@@ -22,13 +22,14 @@ float32 scratch that stays in L1/L2; the arithmetic is float32 as before.
 import numpy as np
 from numba import prange
 
+from pantheon.engine.kernels.attention_scores import chunk_scores, dims_per_lane, fill_queries
 from pantheon.engine.kernels.fastexp import expf, expf16
 from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.simd import prefetch_l2
 from pantheon.engine.kernels.simd512 import fzero16, store16
 from pantheon.engine.kernels.simd_lanes import fload16
 from pantheon.engine.kernels.simd_f32 import (fbcast16, hload1, hload16, hstore1, hstore16, vadd16, vfill16, vfma16,
-                                              vmax16, vscale16, vsub16)
+                                              vmax16, vsub16)
 
 LANES = 16
 # Keys (or value columns) advanced together: 8 independent fma chains cover the fma latency.
@@ -60,9 +61,10 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
     units = tiles.shape[0] // per
     workers = max(1, min(threads, units))
     longest = pos.max() + 1
+    r = dims_per_lane(n_head // n_kv, hd)
     for wk in prange(workers):
-        qt = np.empty(hd * LANES, np.float32)  # [hd, 16] the tile's queries, lane-major
-        sc = np.empty(longest * LANES, np.float32)  # [positions, 16] scores, then weights
+        qt = np.empty(hd * LANES, np.float32)  # the tile's queries as attention_scores.fill_queries lays them out
+        sc = np.zeros(longest * LANES, np.float32)  # [positions, 16] scores, then weights (unused lanes: finite)
         buf = np.empty(CHUNK * hd, np.float32)  # [CHUNK, hd] one chunk's keys or values, widened
         acc = np.empty(LANES * hd, np.float32)  # [16, hd] each lane's value sums
         lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, then 1 / sum)
@@ -76,7 +78,7 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
                     nxt = tiles[(u + workers) * per]
                     _prefetch(nxt, ks[seg[nxt[0]]], vs[seg[nxt[0]]], pos, li, hd)
                 base = _base(tiles[t], kc, li)
-                _tile(q, kc.reshape(-1), vc.reshape(-1), base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who)
+                _tile(q, kc.reshape(-1), vc.reshape(-1), base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who, r)
 
 
 @inline
@@ -152,25 +154,21 @@ def _tiles(seg, n_head, n_kv):
 
 
 @inline
-def _tile(q, kf, vf, base, tile, pos, out, qt, sc, buf, acc, lanes, who):
+def _tile(q, kf, vf, base, tile, pos, out, qt, sc, buf, acc, lanes, who, r):
     """One tile's queries (rows r0..r0+nr, heads h0..h0+nh of one kv head) over the cache rows that
-    start at kf/vf[base]."""
+    start at kf/vf[base]; r: dims per lane of the scores (attention_scores)."""
     r0, nr, h0, nh = tile[0], tile[1], tile[3], tile[4]
     hd, nl = q.shape[2], nr * nh
     rows, at = who[0], who[1]  # [16] each lane's row; where its query starts in q (and its output in out)
     for lane in range(nl):
         rows[lane] = r0 + lane // nh
         at[lane] = (rows[lane] * q.shape[1] + h0 + lane % nh) * hd
-    qt[:] = 0.0
-    qf = q.reshape(-1)  # flat offsets: no per-element index arithmetic in a fill every tile pays
-    for lane in range(nl):
-        for d in range(hd):
-            qt[d * LANES + lane] = qf[at[lane] + d]
+    fill_queries(qt, q.reshape(-1), at, nl, hd, r)
     length = pos[r0:r0 + nr].max() + 1  # the positions the tile's longest row reads
     for c0 in range(0, length, CHUNK):
         m = min(CHUNK, length - c0)
         _widen(kf, base + c0 * hd, m * hd, buf)
-        _chunk_scores(qt, buf, m, hd, sc, c0)
+        chunk_scores(qt, buf, m, hd, sc, c0, nl, r)
     _softmax(sc, length, rows, nl, pos, lanes, who[2])
     acc[:nl * hd] = 0.0
     for c0 in range(0, length, CHUNK):
@@ -182,39 +180,6 @@ def _tile(q, kf, vf, base, tile, pos, out, qt, sc, buf, acc, lanes, who):
             for d in range(hd - hd % LANES, hd):
                 _value1(sc, buf, d, hd, c0, m, acc, l0, nl)
     _put(acc, lanes, out.reshape(-1), at, nl, hd)
-
-
-@inline
-def _chunk_scores(qt, buf, m, hd, sc, c0):
-    """sc[c0..c0+m, lanes]: the m widened keys in buf against every lane's query."""
-    scale = np.float32(1.0 / np.sqrt(hd))
-    for j in range(0, m - m % UNROLL, UNROLL):
-        _scores8(qt, buf, j * hd, hd, scale, sc, c0 + j)
-    for j in range(m - m % UNROLL, m):
-        _score1(qt, buf, j * hd, hd, scale, sc, c0 + j)
-
-
-@inline
-def _scores8(qt, kf, kb, hd, scale, sc, j):
-    """sc[j..j+8, lanes]: 8 keys (from kf[kb], hd apart) against every lane's query, times `scale`."""
-    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = fzero16()
-    for d in range(hd):
-        qd = fload16(qt, d * LANES)  # [16] element d of every query
-        a0, a1 = vfma16(qd, fbcast16(kf, kb + d), a0), vfma16(qd, fbcast16(kf, kb + hd + d), a1)
-        a2, a3 = vfma16(qd, fbcast16(kf, kb + 2 * hd + d), a2), vfma16(qd, fbcast16(kf, kb + 3 * hd + d), a3)
-        a4, a5 = vfma16(qd, fbcast16(kf, kb + 4 * hd + d), a4), vfma16(qd, fbcast16(kf, kb + 5 * hd + d), a5)
-        a6, a7 = vfma16(qd, fbcast16(kf, kb + 6 * hd + d), a6), vfma16(qd, fbcast16(kf, kb + 7 * hd + d), a7)
-    for k, a in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
-        store16(sc, (j + k) * LANES, vscale16(a, scale))
-
-
-@inline
-def _score1(qt, kf, kb, hd, scale, sc, j):
-    """`_scores8` for the one key at kf[kb]."""
-    a = fzero16()
-    for d in range(hd):
-        a = vfma16(fload16(qt, d * LANES), fbcast16(kf, kb + d), a)
-    store16(sc, j * LANES, vscale16(a, scale))
 
 
 @inline

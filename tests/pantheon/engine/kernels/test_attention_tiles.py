@@ -5,11 +5,13 @@ import numpy as np
 import pytest
 from numba.typed import List
 
+from pantheon.engine.kernels.attention_scores import dims_per_lane
 from pantheon.engine.kernels.attention_tiles import CHUNK, store_and_attend
 
 # (heads, kv heads, head dim): 2 heads per kv head; 8 (two rows per tile); 3 with a 12-wide head (five
-# rows, one lane unused, columns past the last 8); 20 (one row in tiles of 16 and 4 heads); no grouping.
-SHAPES = [(4, 2, 16), (32, 4, 64), (6, 2, 12), (40, 2, 8), (3, 3, 24)]
+# rows, one lane unused, columns past the last 8); 20 (one row in tiles of 16 and 4 heads); no grouping,
+# with a 24-wide head and with a 32-wide one. Their scores take 8, 2, 4, 1, 8 and 16 dims per lane.
+SHAPES = [(4, 2, 16), (32, 4, 64), (6, 2, 12), (40, 2, 8), (3, 3, 24), (2, 2, 32)]
 
 
 def _caches(rng, kv, hd, capacity, n_layer=2):
@@ -116,3 +118,9 @@ def test_a_dominant_first_key_neither_overflows_nor_is_missed():
     got = _run(q, k, v, kc, vc, p0=4)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, _reference(q, kc, vc, 4), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("g,hd,r", [(1, 128, 16), (1, 24, 8), (2, 16, 8), (3, 12, 4), (4, 128, 4), (7, 64, 2),
+                                    (8, 64, 2), (16, 64, 1), (20, 8, 1), (8, 12, 2), (1, 6, 2)])
+def test_a_register_holds_as_many_dims_per_query_as_its_grouping_leaves_room_for(g, hd, r):
+    assert dims_per_lane(g, hd) == r
