@@ -12,7 +12,6 @@ keeps a row's bits independent of its batch. r = 1 is the original one-dim-per-l
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from pantheon.engine.kernels.jit import inline
@@ -65,16 +64,16 @@ def _fold(r):
 
 @intrinsic
 def store_first(typingctx, ary, idx, v, n):
-    """ary[idx:idx+n] = v's first n lanes (n <= 16; a masked store: nothing past them is touched)."""
+    """ary[idx:idx+n] = v's first n lanes (n <= 16); ary[idx+n:idx+16] is read and written back unchanged,
+    so it must exist. A blend rather than a masked-store intrinsic, whose name depends on the LLVM
+    version's pointer types."""
     def codegen(context, builder, sig, args):
         ptr = _ptr(context, builder, sig.args[0], args[0], args[1], _V16F)
         bound = builder.insert_element(ir.Constant(ir.VectorType(_I32, LANES), ir.Undefined),
                                        builder.trunc(args[3], _I32), ir.Constant(_I32, 0))
         bound = builder.shuffle_vector(bound, bound, ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES))
-        mask = builder.icmp_signed("<", _IOTA, bound)
-        fnty = ir.FunctionType(ir.VoidType(), [_V16F, ptr.type, _I32, mask.type])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.masked.store.v16f32.p0")
-        builder.call(fn, [args[2], ptr, ir.Constant(_I32, 4), mask])
+        keep = builder.select(builder.icmp_signed("<", _IOTA, bound), args[2], builder.load(ptr, align=4))
+        builder.store(keep, ptr, align=4)
         return context.get_dummy_value()
     return types.none(ary, idx, v, n), codegen
 

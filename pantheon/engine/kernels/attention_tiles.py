@@ -64,7 +64,8 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
     r = dims_per_lane(n_head // n_kv, hd)
     for wk in prange(workers):
         qt = np.empty(hd * LANES, np.float32)  # the tile's queries as attention_scores.fill_queries lays them out
-        sc = np.zeros(longest * LANES, np.float32)  # [positions, 16] scores, then weights (unused lanes: finite)
+        # [positions + 1, 16] scores, then weights (unused lanes: finite); the extra row for store_first
+        sc = np.zeros((longest + 1) * LANES, np.float32)
         buf = np.empty(CHUNK * hd, np.float32)  # [CHUNK, hd] one chunk's keys or values, widened
         acc = np.empty(LANES * hd, np.float32)  # [16, hd] each lane's value sums
         lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, then 1 / sum)
