@@ -66,7 +66,9 @@ def streams_tps(s, prompts, gen):
     """Aggregate decode tokens/s of len(prompts) greedy streams, once each has its first token."""
     s.clear()
     items = [(tok, j, q, j == len(p) - 1) for q, p in enumerate(prompts) for j, tok in enumerate(p)]
-    nxt, pos = s.decode(items), [len(p) for p in prompts]
+    # The prompts in decode calls of at most n_batch (512) tokens: the batch holds no more.
+    nxt = [a for c in range(0, len(items), 512) for a in s.decode(items[c:c + 512])]
+    pos = [len(p) for p in prompts]
     t = time.perf_counter()
     for _ in range(gen):
         nxt = s.decode([(nxt[q], pos[q], q, True) for q in range(len(prompts))])
