@@ -78,9 +78,32 @@ def store_first(typingctx, ary, idx, v, n):
     return types.none(ary, idx, v, n), codegen
 
 
-def _scorers(r):
-    """(scores8, score1) for r dims per lane: 8 keys, or one, against one register of queries."""
-    spread, fold = _spread(r), _fold(r)
+def _copy(r):
+    """An intrinsic: dst[di:di+r] = src[si:si+r], float32, as one r-float move."""
+    def typer(typingctx, dst, di, src, si):
+        def codegen(context, builder, sig, args):
+            vt = ir.VectorType(_F32, r)
+            v = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], vt), align=4)
+            builder.store(v, _ptr(context, builder, sig.args[0], args[0], args[1], vt), align=4)
+            return context.get_dummy_value()
+        return types.none(dst, di, src, si), codegen
+    typer.__name__ = f"copy{r}"
+    return intrinsic(typer)
+
+
+def _scorer(r):
+    """`chunk_scores` for r dims per lane."""
+    spread, fold, copy, per = _spread(r), _fold(r), _copy(r), LANES // r
+
+    @inline
+    def fill(qt, qf, at, nl, hd):
+        """qt = the tile's nl queries (query L at qf[at[L]:][:hd]) as registers of `per` queries × r
+        dims: query L's dims i·r.. in register (L // per) · (hd // r) + i, lanes (L % per) · r .."""
+        qt[:] = 0.0
+        for lane in range(nl):
+            o, src = ((lane // per) * (hd // r)) * LANES + (lane % per) * r, at[lane]
+            for i in range(hd // r):
+                copy(qt, o + i * LANES, qf, src + i * r)
 
     @inline
     def scores8(qt, qo, kf, kb, hd, scale, sc, j, at, n):
@@ -104,96 +127,35 @@ def _scorers(r):
             a = vfma16(fload16(qt, qo + i * LANES), spread(kf, kb + i * r), a)
         store_first(sc, j * LANES + at, vscale16(fold(a), scale), n)
 
-    return scores8, score1
-
-
-(_EIGHT1, _ONE1), (_EIGHT2, _ONE2), (_EIGHT4, _ONE4), (_EIGHT8, _ONE8), (_EIGHT16, _ONE16) = (
-    _scorers(r) for r in (1, 2, 4, 8, 16))
-
-
-def _copy(r):
-    """An intrinsic: dst[di:di+r] = src[si:si+r], float32, as one r-float move."""
-    def typer(typingctx, dst, di, src, si):
-        def codegen(context, builder, sig, args):
-            vt = ir.VectorType(_F32, r)
-            v = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], vt), align=4)
-            builder.store(v, _ptr(context, builder, sig.args[0], args[0], args[1], vt), align=4)
-            return context.get_dummy_value()
-        return types.none(dst, di, src, si), codegen
-    typer.__name__ = f"copy{r}"
-    return intrinsic(typer)
-
-
-def _filler(r):
-    """fill_queries for r dims per lane, each query's r dims of a register moved at once."""
-    copy, per = _copy(r), LANES // r
-
     @inline
-    def fill(qt, qf, at, nl, hd):
-        qt[:] = 0.0
-        for lane in range(nl):
-            o, src = ((lane // per) * (hd // r)) * LANES + (lane % per) * r, at[lane]
-            for i in range(hd // r):
-                copy(qt, o + i * LANES, qf, src + i * r)
+    def chunk(qt, qf, at, nl, buf, m, hd, sc, c0):
+        if c0 == 0:
+            fill(qt, qf, at, nl, hd)
+        scale = np.float32(1.0 / np.sqrt(hd))
+        for grp in range(0, nl, per):
+            qo, n = (grp // per) * (hd // r) * LANES, min(per, nl - grp)
+            for j in range(0, m - m % UNROLL, UNROLL):
+                scores8(qt, qo, buf, j * hd, hd, scale, sc, c0 + j, grp, n)
+            for j in range(m - m % UNROLL, m):
+                score1(qt, qo, buf, j * hd, hd, scale, sc, c0 + j, grp, n)
 
-    return fill
+    return chunk
 
 
-_FILL1, _FILL2, _FILL4, _FILL8, _FILL16 = (_filler(r) for r in (1, 2, 4, 8, 16))
+_CHUNK1, _CHUNK2, _CHUNK4, _CHUNK8, _CHUNK16 = (_scorer(r) for r in (1, 2, 4, 8, 16))
 
 
 @inline
-def fill_queries(qt, qf, at, nl, hd, r):
-    """qt = the tile's nl queries (query L at qf[at[L]:][:hd]) as registers of 16 // r queries × r dims:
-    query L's dims i·r.. in register (L // (16 // r)) · (hd // r) + i, lanes (L % (16 // r)) · r .."""
+def chunk_scores(qt, qf, at, nl, buf, m, hd, sc, c0, r):
+    """sc[c0..c0+m, :nl]: the m widened keys in buf (positions c0..) against the tile's nl queries (query
+    L at qf[at[L]:][:hd]), r dims per lane; the first chunk (c0 = 0) lays the queries out in qt."""
     if r == 1:
-        _FILL1(qt, qf, at, nl, hd)
+        _CHUNK1(qt, qf, at, nl, buf, m, hd, sc, c0)
     elif r == 2:
-        _FILL2(qt, qf, at, nl, hd)
+        _CHUNK2(qt, qf, at, nl, buf, m, hd, sc, c0)
     elif r == 4:
-        _FILL4(qt, qf, at, nl, hd)
+        _CHUNK4(qt, qf, at, nl, buf, m, hd, sc, c0)
     elif r == 8:
-        _FILL8(qt, qf, at, nl, hd)
+        _CHUNK8(qt, qf, at, nl, buf, m, hd, sc, c0)
     else:
-        _FILL16(qt, qf, at, nl, hd)
-
-
-@inline
-def chunk_scores(qt, buf, m, hd, sc, c0, nl, r):
-    """sc[c0..c0+m, lanes :nl]: the m widened keys in buf against every query of the tile."""
-    scale = np.float32(1.0 / np.sqrt(hd))
-    per = LANES // r
-    for grp in range(0, nl, per):
-        qo, n = (grp // per) * (hd // r) * LANES, min(per, nl - grp)
-        for j in range(0, m - m % UNROLL, UNROLL):
-            _eight(r, qt, qo, buf, j * hd, hd, scale, sc, c0 + j, grp, n)
-        for j in range(m - m % UNROLL, m):
-            _single(r, qt, qo, buf, j * hd, hd, scale, sc, c0 + j, grp, n)
-
-
-@inline
-def _eight(r, qt, qo, kf, kb, hd, scale, sc, j, at, n):
-    if r == 1:
-        _EIGHT1(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-    elif r == 2:
-        _EIGHT2(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-    elif r == 4:
-        _EIGHT4(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-    elif r == 8:
-        _EIGHT8(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-    else:
-        _EIGHT16(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-
-
-@inline
-def _single(r, qt, qo, kf, kb, hd, scale, sc, j, at, n):
-    if r == 1:
-        _ONE1(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-    elif r == 2:
-        _ONE2(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-    elif r == 4:
-        _ONE4(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-    elif r == 8:
-        _ONE8(qt, qo, kf, kb, hd, scale, sc, j, at, n)
-    else:
-        _ONE16(qt, qo, kf, kb, hd, scale, sc, j, at, n)
+        _CHUNK16(qt, qf, at, nl, buf, m, hd, sc, c0)

@@ -22,7 +22,7 @@ float32 scratch that stays in L1/L2; the arithmetic is float32 as before.
 import numpy as np
 from numba import prange
 
-from pantheon.engine.kernels.attention_scores import chunk_scores, dims_per_lane, fill_queries
+from pantheon.engine.kernels.attention_scores import chunk_scores, dims_per_lane
 from pantheon.engine.kernels.fastexp import expf, expf16
 from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.simd import prefetch_l2
@@ -164,12 +164,11 @@ def _tile(q, kf, vf, base, tile, pos, out, qt, sc, buf, acc, lanes, who, r):
     for lane in range(nl):
         rows[lane] = r0 + lane // nh
         at[lane] = (rows[lane] * q.shape[1] + h0 + lane % nh) * hd
-    fill_queries(qt, q.reshape(-1), at, nl, hd, r)
     length = pos[r0:r0 + nr].max() + 1  # the positions the tile's longest row reads
     for c0 in range(0, length, CHUNK):
         m = min(CHUNK, length - c0)
         _widen(kf, base + c0 * hd, m * hd, buf)
-        chunk_scores(qt, buf, m, hd, sc, c0, nl, r)
+        chunk_scores(qt, q.reshape(-1), at, nl, buf, m, hd, sc, c0, r)
     _softmax(sc, length, rows, nl, pos, lanes, who[2])
     acc[:nl * hd] = 0.0
     for c0 in range(0, length, CHUNK):
