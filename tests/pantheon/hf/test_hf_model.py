@@ -24,9 +24,12 @@ def _logits_pair(tmp_path, model_type, dtype="F32", shards=1, quantize=False):
 
 
 def _close(a, b):
-    # llama-family rows are rotated in a different order on each side: sums in another order only.
+    # llama-family rows are rotated in a different order on each side: sums in another order only. These
+    # random tiny models amplify that rounding: on the mistral one both sides' attention outputs match
+    # float64 to ~1e-7 relative, yet their logits differ by up to 1.1e-5 of the largest (the 32-bit
+    # noise of the head dims' summation order, which changes with the attention kernel's lane layout).
     scale = float(np.abs(b).max())
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * scale)
+    np.testing.assert_allclose(a, b, rtol=0, atol=5e-5 * scale)
 
 
 @pytest.mark.parametrize("model_type", sorted(ARCHS))
