@@ -40,7 +40,8 @@ def _spread(r):
     def typer(typingctx, ary, idx):
         def codegen(context, builder, sig, args):
             v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_F32, r)), align=4)
-            return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_I32, LANES), [lane % r for lane in range(LANES)]))
+            lanes = ir.Constant(ir.VectorType(_I32, LANES), [lane % r for lane in range(LANES)])
+            return builder.shuffle_vector(v, v, lanes)
         return F32X16(ary, idx), codegen
     typer.__name__ = f"spread{r}"
     return intrinsic(typer)

@@ -8,11 +8,11 @@ columns of one query per instruction, 8 queries per pass, each weight broadcast.
 one row, so with g = 8 only 8 of its 16 lanes are queries, and this way no instruction is spent on
 the empty ones; the sums land in the output's own layout too.
 
-A lane's arithmetic never depends on the other lanes: its scores are fma chains over the head
-dimension in order, its softmax covers its own positions only (later ones in the tile weigh exactly
-0), and its value sums run over positions in order. So a row gets the same bits whatever shares its
-tile or its step (batch invariance: the int8 rounding downstream turns a 1e-7 wobble into a flipped
-quant), and the kernel compiles without fastmath so nothing is reassociated.
+A query's arithmetic never depends on the other queries: its scores are the same fma chains and lane
+fold (attention_scores) whatever shares its register, its softmax covers its own positions only (later
+ones in the tile weigh exactly 0), and its value sums run over positions in order. So a row gets the
+same bits whatever shares its tile or its step (batch invariance: the int8 rounding downstream turns a
+1e-7 wobble into a flipped quant), and the kernel compiles without fastmath so nothing is reassociated.
 
 The caches hold float16 (llama.cpp's default KV type: half the memory and half the bytes a long
 context streams per token). A tile widens its keys, then its values, CHUNK positions at a time into
@@ -61,9 +61,9 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
     units = tiles.shape[0] // per
     workers = max(1, min(threads, units))
     longest = pos.max() + 1
-    r = dims_per_lane(n_head // n_kv, hd)
+    dims = dims_per_lane(n_head // n_kv, hd)  # head dims per lane of the scores (attention_scores)
     for wk in prange(workers):
-        qt = np.empty(hd * LANES, np.float32)  # the tile's queries as attention_scores.fill_queries lays them out
+        qt = np.empty(hd * LANES, np.float32)  # the tile's queries as attention_scores lays them out
         # [positions + 1, 16] scores, then weights (unused lanes: finite); the extra row for store_first
         sc = np.zeros((longest + 1) * LANES, np.float32)
         buf = np.empty(CHUNK * hd, np.float32)  # [CHUNK, hd] one chunk's keys or values, widened
@@ -79,7 +79,7 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
                     nxt = tiles[(u + workers) * per]
                     _prefetch(nxt, ks[seg[nxt[0]]], vs[seg[nxt[0]]], pos, li, hd)
                 base = _base(tiles[t], kc, li)
-                _tile(q, kc.reshape(-1), vc.reshape(-1), base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who, r)
+                _tile(q, kc.reshape(-1), vc.reshape(-1), base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who, dims)
 
 
 @inline
