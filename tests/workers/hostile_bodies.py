@@ -38,8 +38,10 @@ SAMPLING = {
     "stream_options": field(st.fixed_dictionaries({"include_usage": st.booleans()})), "user": field(st.text(max_size=8)),
     "n": field(st.just(1)), "model": field(st.just("m")),
 }
-# max_tokens stays small when valid (the fuzz is about refusals, not long generations)
+# max_tokens stays small when valid (the fuzz is about refusals, not long generations); so does
+# n_predict, which wins over it: its -1 and large counts would run each case to the end of the context
 MAX_TOKENS = st.one_of(st.integers(1, 4), numbers, junk)
+N_PREDICT = st.one_of(st.integers(1, 4), st.sampled_from([0, -2, -2**31, 2**31, 10**30, 1.5, "3", True, None, [], {}]))
 
 
 
@@ -52,11 +54,12 @@ def every_field(schema, specific, required):
 completions = st.fixed_dictionaries(
     {"prompt": field(st.one_of(st.text(max_size=40), st.lists(st.integers(-5, 5000), min_size=1, max_size=8))),
      "max_tokens": MAX_TOKENS},
-    optional=dict(every_field(validate.COMPLETIONS, SAMPLING, ("prompt", "max_tokens")), extra=junk))
+    optional=dict(every_field(validate.COMPLETIONS, dict(SAMPLING, n_predict=N_PREDICT), ("prompt", "max_tokens")),
+                  extra=junk))
 chat = st.fixed_dictionaries(
     {"messages": field(st.lists(message, min_size=1, max_size=3)), "max_tokens": MAX_TOKENS},
-    optional=dict(every_field(validate.CHAT, dict(SAMPLING, max_completion_tokens=field(st.integers(1, 4))),
-                              ("messages", "max_tokens")), extra=junk))
+    optional=dict(every_field(validate.CHAT, dict(SAMPLING, max_completion_tokens=field(st.integers(1, 4)),
+                                                  n_predict=N_PREDICT), ("messages", "max_tokens")), extra=junk))
 tokenize = st.fixed_dictionaries({"content": field(st.text(max_size=40))},
                                  optional={"model": field(st.just("m")), "add_special": junk,
                                            "parse_special": junk, "with_pieces": junk})

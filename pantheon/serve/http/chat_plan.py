@@ -29,7 +29,8 @@ def plan(served, parsed, reasoning_format="auto"):
     named = parsed.tool_choice["function"]["name"] if tools and isinstance(parsed.tool_choice, dict) else None
     output = ChatOutput(fmt, (parsed.reasoning_format or reasoning_format) != "none", thinking,
                         parsed.parallel_tool_calls, prefix, named)
-    grammar = _call_grammar(fmt, tools, parsed.tool_choice) if prefix else _format_grammar(parsed.response_format)
+    grammar = (_call_grammar(fmt, tools, parsed.tool_choice) if prefix
+               else _format_grammar(parsed.response_format) or parsed.grammar)
     return ChatPlan(served.prompts.encode_chat(text + prefix), output, grammar)
 
 

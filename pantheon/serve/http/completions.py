@@ -48,8 +48,8 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
         raise ContextOverBudget(f"the prompt has {n} tokens; with at least one token to generate it does "
                                 f"not fit the context of {served.n_ctx} tokens of model {served.name}", n, served.n_ctx)
     room = served.n_ctx - n
-    wanted = parsed.max_tokens or default_max_tokens or room
-    sampling = SamplingParams(**parsed.sampling)
+    wanted = room if parsed.max_tokens == -1 else parsed.max_tokens or default_max_tokens or room
+    sampling = SamplingParams(**_banned_eos(parsed, served.tokenizer.stop_ids))
     sampling.validate(served.tokenizer.n_vocab)
     if parsed.n > served.max_choices:
         raise RequestError(f"n: model {served.name} runs at most {served.max_choices} choices per request (the "
@@ -57,6 +57,14 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
                              frozenset(served.tokenizer.stop_ids), session, grammar=grammar,
                              logprobs=parsed.logprobs, n=parsed.n)
+
+
+def _banned_eos(parsed, stop_ids):
+    """The sampling fields, with every end-of-generation token banned when ignore_eos is set."""
+    if not parsed.ignore_eos:
+        return parsed.sampling
+    bias = {**parsed.sampling.get("logit_bias", {}), **{t: float("-inf") for t in stop_ids}}
+    return dict(parsed.sampling, logit_bias=bias)
 
 
 @dataclass(frozen=True)
@@ -169,8 +177,8 @@ class Completions(_GenerateResource):
 
     def prepare(self, served, parsed):
         """One choice per prompt of the list, in order."""
-        return [Plan(self.prompt_ids(served, p), echo=self.echo_text(served, p) if parsed.echo else "")
-                for p in parsed.prompt]
+        return [Plan(self.prompt_ids(served, p), grammar=parsed.grammar,
+                     echo=self.echo_text(served, p) if parsed.echo else "") for p in parsed.prompt]
 
     @staticmethod
     def echo_text(served, prompt):

@@ -1,10 +1,9 @@
 """llama-server's own routes: POST /completion and /infill, GET /props and /slots, POST /apply-template."""
 
-import json
 import time
 
 from pantheon import __version__
-from pantheon.serve.http import chat_plan, choices, json_body, sse, validate
+from pantheon.serve.http import chat_plan, choices, json_body, llama_fields, sse, validate
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_request, resolve
 from pantheon.serve.http.disconnect import disconnect_check
@@ -13,21 +12,11 @@ from pantheon.serve.http.field_types import bad, boolean, integer, number, posit
 from pantheon.serve.http.generation import Generation
 from pantheon.serve.http.logprobs import TokenText, native_probabilities
 from pantheon.engine.sampler import SamplingParams
-from pantheon.errors import InvalidParameter
-from pantheon.text import grammar as grammars
 
 FIM = {"prefix": ("<|fim_prefix|>", "<fim_prefix>", "<PRE>", "<|fim_begin|>", "<｜fim▁begin｜>"),
        "suffix": ("<|fim_suffix|>", "<fim_suffix>", "<SUF>", "<|fim_hole|>", "<｜fim▁hole｜>"),
        "middle": ("<|fim_middle|>", "<fim_middle>", "<MID>", "<|fim_end|>", "<｜fim▁end｜>")}
 FILE_SEP = ("<|file_sep|>", "<file_sep>")
-
-
-def n_predict(name, v):
-    """-1 (the default): until the context is full; otherwise at least 1 token."""
-    v = integer(name, v)
-    if v == -1 or v >= 1:
-        return v
-    raise bad(name, f"expected -1 or a positive count, got {v}", "invalid_value")
 
 
 def native_seed(name, v):
@@ -49,21 +38,9 @@ def native_bias(name, v):
     return out
 
 
-def zero_only(name, v):
-    if v not in (0, 0.0) or isinstance(v, bool):
-        raise bad(name, f"{name} is not supported (got {v!r}); omit it or send 0", "unsupported_value")
-    return v
-
-
 def n_probs(name, v):
     """0 (none) up to validate.MAX_TOP_LOGPROBS alternatives per token (llama-server allows more)."""
     return integer(name, v, 0, validate.MAX_TOP_LOGPROBS)
-
-
-def one_only(name, v):
-    if v != 1 or isinstance(v, bool):
-        raise bad(name, f"{name} is not supported (got {v!r}); omit it or send 1.0", "unsupported_value")
-    return v
 
 
 def _one_prompt(v):
@@ -94,27 +71,17 @@ def extra_chunks(name, v):
     return v
 
 
-def json_object(name, v):
-    if not isinstance(v, dict):
-        raise bad(name, "expected a JSON schema object", "invalid_type")
-    return v
-
-
 SAMPLING = {"temperature": number, "top_k": integer, "top_p": number,
             "min_p": number, "repeat_penalty": number, "repeat_last_n": integer,
             "presence_penalty": number, "frequency_penalty": number, "seed": native_seed,
             "logit_bias": native_bias}
-COMPLETION = dict(SAMPLING, model=string, prompt=native_prompt, n_predict=n_predict,
-                  max_tokens=positive, stop=validate.stop, stream=boolean,
-                  cache_prompt=boolean, ignore_eos=boolean, id_slot=integer,
-                  return_tokens=boolean, timings_per_token=boolean, n_keep=integer,
-                  n_probs=n_probs, typical_p=one_only, mirostat=zero_only, n_indent=zero_only,
-                  dry_multiplier=zero_only, xtc_probability=zero_only, dynatemp_range=zero_only,
-                  post_sampling_probs=validate.false_only, grammar=string, json_schema=json_object,
-                  samplers=validate.null_only, lora=validate.null_only)
+COMPLETION = dict(SAMPLING, **llama_fields.EXTRAS, model=string, prompt=native_prompt, max_tokens=positive,
+                  stop=validate.stop, stream=boolean, return_tokens=boolean, timings_per_token=boolean,
+                  n_probs=n_probs)
 INFILL = dict(COMPLETION, input_prefix=string, input_suffix=string, input_extra=extra_chunks)
-APPLY_TEMPLATE = {k: validate.CHAT[k] for k in ("model", "messages", "tools", "tool_choice", "parallel_tool_calls",
-                                                "chat_template_kwargs", "functions", "function_call")}
+# llama-server reads a whole chat request here (clients send the body they would send to chat): every
+# chat field is checked, and those that only shape generation change nothing in the prompt.
+APPLY_TEMPLATE = validate.CHAT
 
 
 class NativeCompletion:
@@ -210,31 +177,13 @@ def _check_ids(name, ids, n_vocab):
 
 
 def _request(served, body, ids, session, default_max_tokens):
-    sampling = {k: body[k] for k in SAMPLING if body.get(k) is not None}
-    if body.get("ignore_eos"):
-        sampling["logit_bias"] = {**sampling.get("logit_bias", {}),
-                                  **{t: float("-inf") for t in served.tokenizer.stop_ids}}
-    wanted = body.get("n_predict", body.get("max_tokens"))  # absent: the server's default_max_tokens
-    parsed = validate.Parsed(max_tokens=served.n_ctx if wanted == -1 else wanted, sampling=sampling,
-                             logprobs=body.get("n_probs") or None)
+    parsed = validate.Parsed(max_tokens=llama_fields.generation_limit(body, "max_tokens"),
+                             sampling={k: body[k] for k in SAMPLING if body.get(k) is not None},
+                             logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False))
     if not ids:
         raise bad("prompt", "tokenizes to no tokens at all", "invalid_value")
-    return generation_request(served, parsed, ids, session, default_max_tokens, _grammar(body))
-
-
-def _grammar(body):
-    """llama-server's `grammar` (GBNF) or `json_schema`, compiled; a 400 naming the field if it is bad."""
-    if body.get("grammar") and body.get("json_schema") is not None:
-        raise bad("grammar", "give grammar or json_schema, not both", "invalid_value")
-    field = "grammar" if body.get("grammar") else "json_schema"
-    try:
-        if body.get("grammar"):
-            return grammars.compile_spec(grammars.GBNF, body["grammar"])
-        if body.get("json_schema") is not None:
-            return grammars.compile_spec(grammars.JSON_SCHEMA, json.dumps(body["json_schema"]))
-    except InvalidParameter as exc:
-        raise bad(field, str(exc), "invalid_value") from None
-    return None
+    return generation_request(served, parsed, ids, session, default_max_tokens,
+                              llama_fields.compiled_grammar(body))
 
 
 class _Reply:

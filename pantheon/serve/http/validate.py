@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from pantheon.serve.http import llama_fields
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import (INT32_MAX, bad, boolean, divisor, integer, last_n, number, positive,
                                              seed, show, string, top_k)
@@ -41,6 +42,8 @@ class Parsed:
     echo: bool = False  # completions: the prompt's text leads the answer
     logprobs: Optional[int] = None  # None: no logprobs; k: each token's logprob and its k best alternatives
     n: int = 1  # choices per prompt, sampled from one prompt prefill
+    grammar: Optional[str] = None  # compiled llama-server `grammar` or `json_schema` the answer follows
+    ignore_eos: bool = False  # llama-server's: the end-of-generation tokens are banned
 
 
 
@@ -81,17 +84,6 @@ def best_of(name, v):
         raise bad(name, f"only best_of=1 is supported, got {v}; ask for several choices with n",
                   "unsupported_value")
     return 1
-
-
-def false_only(name, v):
-    if v is not False and v != 0:
-        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send false",
-                  "unsupported_value")
-    return v
-
-
-def null_only(name, v):
-    raise bad(name, f"{name} is not supported (got {show(v)}); omit it", "unsupported_value")
 
 
 def response_format(name, v):
@@ -277,11 +269,11 @@ COMMON = {
     "frequency_penalty": number, "logit_bias": logit_bias, "seed": seed, "stop": stop, "n": n_choices,
     "stream": boolean, "stream_options": stream_options, "user": string,
 }
-CHAT = dict(COMMON, **CHAT_LENIENT, messages=messages, max_completion_tokens=positive, tools=tools,
-            tool_choice=tool_choice, response_format=response_format, reasoning_format=reasoning_format,
+CHAT = dict(COMMON, **CHAT_LENIENT, **llama_fields.EXTRAS, messages=messages, max_completion_tokens=positive,
+            tools=tools, tool_choice=tool_choice, response_format=response_format, reasoning_format=reasoning_format,
             chat_template_kwargs=template_kwargs, logprobs=boolean, top_logprobs=top_logprobs)
-COMPLETIONS = dict(COMMON, **LENIENT, prompt=prompt, logprobs=top_logprobs, echo=boolean, best_of=best_of,
-                   suffix=null_only)
+COMPLETIONS = dict(COMMON, **LENIENT, **llama_fields.EXTRAS, prompt=prompt, logprobs=top_logprobs, echo=boolean,
+                   best_of=best_of, suffix=llama_fields.null_only)
 TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
             "with_pieces": boolean}
 DETOKENIZE = {"model": string, "tokens": token_ids}
@@ -290,7 +282,21 @@ DETOKENIZE = {"model": string, "tokens": token_ids}
 def check(body, schema, required):
     """Parsed fields of a generation request body; RequestError naming the first bad or unknown field."""
     values = fields(body, schema, required)
-    return dataclasses.replace(_parsed(values), logprobs=_logprobs(values, "messages" in schema))
+    return dataclasses.replace(_parsed(values), logprobs=_logprobs(values, "messages" in schema),
+                               grammar=_grammar(values))
+
+
+def _grammar(values):
+    """llama-server's grammar or json_schema, which cannot be combined with another constraint."""
+    compiled = llama_fields.compiled_grammar(values)
+    name = "grammar" if values.get("grammar") else "json_schema"
+    if compiled is not None and (values.get("response_format") or {}).get("type", "text") != "text":
+        raise bad(name, f"give {name} or response_format, not both", "invalid_value")
+    choice = values.get("tool_choice", values.get("function_call", "auto"))
+    if compiled is not None and values.get("tools", values.get("functions")) and choice not in ("auto", "none"):
+        raise bad(name, f"a forced tool call has its own grammar: give {name} or tool_choice "
+                  f"{show(choice)}, not both", "invalid_value")
+    return compiled
 
 
 def _logprobs(values, chat):
@@ -321,7 +327,7 @@ def fields(body, schema, required=()):
 
 
 def _parsed(values):
-    limit = values.get("max_completion_tokens", values.get("max_tokens"))
+    limit = llama_fields.generation_limit(values, "max_completion_tokens", "max_tokens")
     options = values.get("stream_options", {})
     return Parsed(model=values.get("model"), messages=values.get("messages"), prompt=values.get("prompt"),
                   max_tokens=limit, sampling={k: values[k] for k in SAMPLING_FIELDS if k in values},
@@ -333,4 +339,4 @@ def _parsed(values):
                   reasoning_format=values.get("reasoning_format"),
                   template_kwargs=values.get("chat_template_kwargs", {}),
                   response_format=values.get("response_format"), echo=values.get("echo", False),
-                  n=values.get("n", 1))
+                  n=values.get("n", 1), ignore_eos=values.get("ignore_eos", False))

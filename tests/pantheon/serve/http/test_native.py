@@ -126,6 +126,10 @@ def test_props_slots_and_apply_template(qwen):
     status, _, out = call(qwen.port, "POST", "/apply-template", {"messages": msgs})
     assert status == 200 and out["prompt"] == (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    chat_body = {"messages": msgs, "max_tokens": 9, "temperature": 0.2, "stream": True, "n_predict": 3}
+    assert call(qwen.port, "POST", "/apply-template", chat_body)[2] == out
+    status, _, err = call(qwen.port, "POST", "/apply-template", dict(chat_body, temperature="hot"))
+    assert status == 400 and err["error"]["param"] == "temperature"
 
 
 def test_infill_needs_fim_tokens(qwen):

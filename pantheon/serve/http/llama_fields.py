@@ -1,0 +1,76 @@
+"""llama-server's request fields beyond OpenAI's: /completion and the OpenAI routes take them alike."""
+
+import json
+
+from pantheon.errors import InvalidParameter
+from pantheon.serve.http.field_types import bad, boolean, integer, show, string
+from pantheon.text import grammar as grammars
+
+
+def n_predict(name, v):
+    """-1: until the context is full; otherwise at least 1 token."""
+    v = integer(name, v)
+    if v == -1 or v >= 1:
+        return v
+    raise bad(name, f"expected -1 or a positive count, got {v}", "invalid_value")
+
+
+def zero_only(name, v):
+    if v not in (0, 0.0) or isinstance(v, bool):
+        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send 0", "unsupported_value")
+    return v
+
+
+def one_only(name, v):
+    if v != 1 or isinstance(v, bool):
+        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send 1.0", "unsupported_value")
+    return v
+
+
+def false_only(name, v):
+    if v is not False and v != 0:
+        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send false",
+                  "unsupported_value")
+    return v
+
+
+def null_only(name, v):
+    raise bad(name, f"{name} is not supported (got {show(v)}); omit it", "unsupported_value")
+
+
+def json_object(name, v):
+    if not isinstance(v, dict):
+        raise bad(name, "expected a JSON schema object", "invalid_type")
+    return v
+
+
+# Samplers and options we do not run: a value that would change the output is a 400 naming the field;
+# the neutral value (what llama-server does when the field is absent) is accepted.
+UNSUPPORTED = {"typical_p": one_only, "mirostat": zero_only, "n_indent": zero_only, "dry_multiplier": zero_only,
+               "xtc_probability": zero_only, "dynatemp_range": zero_only, "post_sampling_probs": false_only,
+               "samplers": null_only, "lora": null_only}
+# What a llama-server client sends to any generation route. cache_prompt, id_slot and n_keep change
+# nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
+# prompt that does not fit is refused rather than shifted.
+EXTRAS = dict(UNSUPPORTED, n_predict=n_predict, ignore_eos=boolean, cache_prompt=boolean, id_slot=integer,
+              n_keep=integer, grammar=string, json_schema=json_object)
+
+
+def compiled_grammar(values):
+    """`grammar` (GBNF) or `json_schema` of checked fields, compiled; None when neither is given."""
+    if values.get("grammar") and values.get("json_schema") is not None:
+        raise bad("grammar", "give grammar or json_schema, not both", "invalid_value")
+    field = "grammar" if values.get("grammar") else "json_schema"
+    try:
+        if values.get("grammar"):
+            return grammars.compile_spec(grammars.GBNF, values["grammar"])
+        if values.get("json_schema") is not None:
+            return grammars.compile_spec(grammars.JSON_SCHEMA, json.dumps(values["json_schema"]))
+    except InvalidParameter as exc:
+        raise bad(field, str(exc), "invalid_value") from None
+    return None
+
+
+def generation_limit(values, *names):
+    """llama-server's order: n_predict wins over the OpenAI names (-1: until the context is full)."""
+    return next((values[n] for n in ("n_predict",) + names if values.get(n) is not None), None)

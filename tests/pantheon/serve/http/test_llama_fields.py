@@ -1,0 +1,134 @@
+"""llama-server's fields on the OpenAI routes: n_predict, ignore_eos, grammar, json_schema, refused samplers."""
+
+import json
+import re
+
+import openai
+import pytest
+
+from pantheon.serve.http import llama_fields, validate
+from pantheon.serve.http.errors import RequestError
+from tests.conftest import shared_path
+from tests.pantheon.serve.http.server import Served, call, open_models
+
+USER = [{"role": "user", "content": "Answer:"}]
+GBNF = 'root ::= ("yes" | "no") ", " [0-9] [0-9]? "."'
+ANSWER = re.compile(r"(yes|no), [0-9][0-9]?\.")
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+EOS = 2  # the golden qwen2 vocabulary's end-of-text id (one of its stop ids)
+
+
+def chat(**fields):
+    return validate.check(dict({"messages": USER}, **fields), validate.CHAT, ("messages",))
+
+
+def completion(**fields):
+    return validate.check(dict({"prompt": "Hi"}, **fields), validate.COMPLETIONS, ("prompt",))
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    template = shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+    server = Served(open_models(("qwen2",)), chat_templates={"qwen2": template})
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("check", [chat, completion])
+@pytest.mark.parametrize("name,value", [("cache_prompt", False), ("id_slot", 3), ("n_keep", 16), ("typical_p", 1.0),
+                                        ("mirostat", 0), ("dry_multiplier", 0.0), ("xtc_probability", 0),
+                                        ("dynatemp_range", 0), ("n_indent", 0), ("post_sampling_probs", False)])
+def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name, value):
+    parsed = check(**{name: value, "max_tokens": 3})
+    assert parsed.max_tokens == 3 and parsed.grammar is None and not parsed.ignore_eos
+
+
+@pytest.mark.parametrize("check", [chat, completion])
+@pytest.mark.parametrize("name,value", [("typical_p", 0.9), ("mirostat", 2), ("dry_multiplier", 0.8),
+                                        ("xtc_probability", 0.5), ("dynatemp_range", 0.2), ("n_indent", 4),
+                                        ("post_sampling_probs", True), ("samplers", ["top_k"]), ("lora", [])])
+def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
+    with pytest.raises(RequestError) as err:
+        check(**{name: value})
+    assert err.value.param == name and err.value.code == "unsupported_value"
+
+
+@pytest.mark.parametrize("check", [chat, completion])
+@pytest.mark.parametrize("name,value", [("n_predict", 0), ("n_predict", -2), ("n_predict", "3"), ("ignore_eos", 1),
+                                        ("cache_prompt", "yes"), ("grammar", 5), ("grammar", "root ::= ("),
+                                        ("json_schema", "{}"), ("json_schema", {"type": "frobnicate"}),
+                                        ("id_slot", 1.5)])
+def test_bad_values_name_the_field(check, name, value):
+    with pytest.raises(RequestError) as err:
+        check(**{name: value})
+    assert err.value.param == name
+
+
+def test_n_predict_wins_over_the_openai_limits_and_minus_one_means_the_context():
+    assert chat(n_predict=5, max_tokens=9, max_completion_tokens=7).max_tokens == 5
+    assert completion(n_predict=-1, max_tokens=9).max_tokens == -1
+    assert chat(max_tokens=9, max_completion_tokens=7).max_tokens == 7
+    assert llama_fields.generation_limit({"max_tokens": 4}, "max_tokens") == 4
+
+
+def test_a_grammar_is_compiled_once_and_cannot_be_combined_with_another_constraint():
+    assert chat(grammar=GBNF).grammar == completion(grammar=GBNF).grammar is not None
+    assert chat(json_schema={"type": "object"}).grammar is not None
+    assert chat(grammar=GBNF, tools=TOOLS).grammar is not None  # tool_choice auto: the grammar holds
+    for fields in ({"grammar": GBNF, "json_schema": {}}, {"grammar": GBNF, "response_format": {"type": "json_object"}},
+                   {"json_schema": {}, "tools": TOOLS, "tool_choice": "required"},
+                   {"grammar": GBNF, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "f"}}}):
+        with pytest.raises(RequestError) as err:
+            chat(**fields)
+        assert err.value.param in ("grammar", "json_schema") and err.value.code == "invalid_value", fields
+    assert chat(grammar=GBNF, response_format={"type": "text"}).grammar is not None
+
+
+def test_chat_and_completions_follow_a_gbnf_grammar(qwen):
+    for seed in range(3):
+        status, _, out = call(qwen.port, "POST", "/v1/chat/completions", {
+            "messages": USER, "grammar": GBNF, "seed": seed, "temperature": 1.5, "max_tokens": 20})
+        assert status == 200 and out["choices"][0]["finish_reason"] == "stop", out
+        assert ANSWER.fullmatch(out["choices"][0]["message"]["content"]), out
+        status, _, out = call(qwen.port, "POST", "/v1/completions", {
+            "prompt": ["Answer:", "Reply:"], "grammar": GBNF, "seed": seed, "temperature": 1.5, "max_tokens": 20})
+        assert status == 200 and [ANSWER.fullmatch(c["text"]) is not None for c in out["choices"]] == [True, True]
+
+
+def test_completions_follow_a_json_schema_and_a_conflict_is_a_400(qwen):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}, "required": ["n"],
+              "additionalProperties": False}
+    status, _, out = call(qwen.port, "POST", "/v1/completions", {"prompt": "JSON:", "json_schema": schema, "seed": 1,
+                                                                 "temperature": 1.0, "max_tokens": 30})
+    assert status == 200 and json.loads(out["choices"][0]["text"])["n"] <= 9
+    status, _, out = call(qwen.port, "POST", "/v1/chat/completions", {
+        "messages": USER, "json_schema": schema, "response_format": {"type": "json_object"}})
+    assert status == 400 and out["error"]["param"] == "json_schema"
+
+
+def test_ignore_eos_bans_the_end_of_text_a_bias_would_force(qwen):
+    body = {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0, "logit_bias": {str(EOS): 100}}
+    status, _, out = call(qwen.port, "POST", "/v1/completions", body)
+    assert status == 200 and out["choices"][0]["finish_reason"] == "stop" and out["usage"]["completion_tokens"] <= 1
+    status, _, out = call(qwen.port, "POST", "/v1/completions", dict(body, ignore_eos=True))
+    assert status == 200 and out["choices"][0]["finish_reason"] == "length" and out["usage"]["completion_tokens"] == 4
+    status, _, out = call(qwen.port, "POST", "/v1/chat/completions", {
+        "messages": USER, "n_predict": 3, "ignore_eos": True, "temperature": 0, "logit_bias": {str(EOS): 100}})
+    assert status == 200 and out["choices"][0]["finish_reason"] == "length" and out["usage"]["completion_tokens"] == 3
+
+
+def test_n_predict_minus_one_runs_to_the_context(qwen):
+    body = {"prompt": "Once upon a time", "n_predict": -1, "temperature": 0, "ignore_eos": True}
+    status, _, out = call(qwen.port, "POST", "/v1/completions", body)
+    usage = out["usage"]
+    assert status == 200 and usage["prompt_tokens"] + usage["completion_tokens"] == 256  # the fixture's n_ctx
+
+
+def test_the_openai_client_passes_llama_server_fields_through_extra_body(qwen):
+    client = openai.OpenAI(base_url=qwen.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    out = client.chat.completions.create(model="qwen2", messages=USER, temperature=1.2, seed=4, extra_body={
+        "grammar": GBNF, "cache_prompt": True, "n_predict": 20, "id_slot": -1})
+    assert ANSWER.fullmatch(out.choices[0].message.content)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="qwen2", messages=USER, extra_body={"mirostat": 2})
+    assert err.value.body["param"] == "mirostat"
