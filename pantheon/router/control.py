@@ -1,13 +1,15 @@
-"""The control plane's own small HTTP server (loopback, behind HAProxy): registry routes, /v1/models, /health."""
+"""The control plane's own small HTTP server (loopback, behind HAProxy): registry, /v1/models(/{id}), /health."""
 
 import hmac
 import json
 import sys
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from pantheon.router.fleet import FleetError
 
 MAX_BODY = 64 * 1024
+MODEL_PREFIX = "/v1/models/"
 
 
 class ControlServer(ThreadingHTTPServer):
@@ -33,12 +35,21 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/v1/models":
             return self._send(200, self.server.router.models_list())
-        if self.path == "/health":
+        if self.path.startswith(MODEL_PREFIX):
+            return self._model(urllib.parse.unquote(self.path[len(MODEL_PREFIX):]))
+        if self.path in ("/health", "/v1/health"):
             ok, body = self.server.router.health()
             return self._send(200 if ok else 503, body)
         if self.path == "/registry/fleet":
             return self._registry(lambda body, peer: self.server.router.fleet_view(), body=False)
         self._error(404, f"no route GET {self.path}", "not_found")
+
+    def _model(self, name):
+        """GET /v1/models/{name}: the fleet's entry for one model, as the servers answer it."""
+        entry = next((m for m in self.server.router.models_list()["data"] if m["id"] == name), None)
+        if entry is None:
+            return self._error(404, f"model {name!r} is not served by any instance", "model_not_found")
+        self._send(200, entry)
 
     def do_POST(self):
         routes = {"/registry/register": self.server.router.register,

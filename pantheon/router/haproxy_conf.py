@@ -96,12 +96,12 @@ def _defaults(config):
 def _frontend(config, paths):
     lines = ["frontend edge",
              f"    bind {_bind(config.host)}:{config.port}",
-             "    acl control path /v1/models /health",
-             "    acl control path_beg /registry/"]
+             "    acl control path /v1/models /health /v1/health",
+             "    acl control path_beg /registry/ /v1/models/"]
     if config.api_keys:
         lines.append(f"    acl key_ok req.hdr(authorization) -f {paths.keys}")
         lines.append(_return(401, "missing or unknown API key", "invalid_request_error", "invalid_api_key",
-                             "!key_ok !{ path_beg /registry/ } !{ path /health }",
+                             "!key_ok !{ path_beg /registry/ } !{ path /health /v1/health }",
                              extra=" hdr WWW-Authenticate Bearer"))
     lines += [_return(413, f"request body over {config.max_body} bytes", "invalid_request_error",
                       "body_too_large", f"{{ req.body_size gt {config.max_body} }}"),

@@ -51,7 +51,10 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     errors.install(app)
     options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch(), reasoning_format)
     for prefix in ("/v1", ""):
-        app.add_route(f"{prefix}/models", Models(backend))
+        models = Models(backend)
+        app.add_route(f"{prefix}/models", models)
+        app.add_route(f"{prefix}/models/{{model:path}}", models, suffix="one")  # ids may hold "/" (org/name)
+        app.add_route(f"{prefix}/health", Health(backend))  # llama-server answers /v1/health too
         app.add_route(f"{prefix}/chat/completions", ChatCompletions(backend, options))
         app.add_route(f"{prefix}/completions", Completions(backend, options))
     app.add_route("/completion", NativeCompletion(backend, options))
@@ -61,7 +64,6 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.add_route("/slots", Slots(backend))
     app.add_route("/tokenize", Tokenize(backend, body_limit))
     app.add_route("/detokenize", Detokenize(backend, body_limit))
-    app.add_route("/health", Health(backend))
     app.add_route("/metrics", Metrics(backend))
     if admin is not None:
         add_admin_routes(app, admin, body_limit)

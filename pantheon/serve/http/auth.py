@@ -1,10 +1,10 @@
-"""Bearer-token auth: every route but /health, /metrics, /admin/* (admin.py) and CORS preflights needs a key."""
+"""Bearer-token auth: every route but /health (and /v1/health), /metrics, /admin/* and CORS preflights needs a key."""
 
 import hmac
 
 from pantheon.serve.http.errors import RequestError
 
-PUBLIC_PATHS = frozenset({"/health", "/metrics"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/metrics"})
 
 
 class BearerAuth:

@@ -1,6 +1,7 @@
-"""The cheap routes: /v1/models, /health, /metrics, /tokenize, /detokenize (never wait on a generation)."""
+"""The cheap routes: /v1/models(/{model}), /health, /metrics, /tokenize, /detokenize (never wait on a generation)."""
 
 from pantheon.serve.http import json_body, validate
+from pantheon.serve.http.backend import UnknownModel
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.completions import resolve
 from pantheon.serve.http.errors import RequestError
@@ -16,6 +17,14 @@ class Models:
 
     def on_get(self, req, resp):
         resp.media = {"object": "list", "data": [_model_entry(info) for info in self.backend.models()]}
+
+    def on_get_one(self, req, resp, model):
+        """GET /v1/models/{model} (OpenAI's models.retrieve): one entry, or a 404 model_not_found."""
+        info = next((i for i in self.backend.models() if i.name == model), None)
+        if info is None:
+            raise UnknownModel(f"model {model!r} is not served; available: "
+                               f"{', '.join(i.name for i in self.backend.models())}")
+        resp.media = _model_entry(info)
 
 
 def _model_entry(info):

@@ -73,6 +73,12 @@ def test_edge_keys_are_enforced_by_the_proxy(setup):
     assert router.request("GET", "/health")[0] == 200  # no key needed
     status, body, _ = router.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
     assert [m["id"] for m in json.loads(body)["data"]] == ["C"]
+    status, body, _ = router.request("GET", "/v1/models/C", headers={"Authorization": f"Bearer {KEY}"})
+    assert status == 200 and json.loads(body)["id"] == "C"
+    status, body, _ = router.request("GET", "/v1/models/org%2Fnone", headers={"Authorization": f"Bearer {KEY}"})
+    assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found"
+    assert router.request("GET", "/v1/models/C")[0] == 401
+    assert router.request("GET", "/v1/health")[0] == 200  # llama-server's alias, public too
 
 
 def test_a_crashed_haproxy_is_restarted_and_reprogrammed(setup):

@@ -1,5 +1,7 @@
 """The OpenAI API over a real waitress server, driven by the official openai client."""
 
+import openai
+import pytest
 
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from pantheon.text.prompting import PromptBuilder
@@ -26,6 +28,17 @@ def test_models_list_carries_capabilities(client):
     meta = models["qwen2"].model_extra["meta"]
     assert meta["context_length"] == 256 and meta["replicas"] == 1 and meta["state"] == "loaded"
     assert models["qwen2"].object == "model" and models["qwen2"].owned_by == "pantheon"
+
+
+def test_a_model_is_retrieved_by_id_and_an_unknown_id_is_404(client, served):
+    one = client.models.retrieve("qwen2")
+    assert one.id == "qwen2" and one.model_extra["meta"] == {m.id: m for m in client.models.list()}["qwen2"].model_extra[
+        "meta"]
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("org/no-such-model")  # a slash stays in the id, as in HuggingFace names
+    assert err.value.body["code"] == "model_not_found" and "org/no-such-model" in err.value.body["message"]
+    status, _, body = call(served.port, "GET", "/models/llama")
+    assert status == 200 and body["id"] == "llama"
 
 
 def test_completion_matches_the_engine(client, reference):

@@ -102,6 +102,8 @@ def test_api_keys_guard_v1_but_not_health_or_metrics(guarded):
     status, _, body = call(guarded.port, "GET", "/v1/models", headers={"Authorization": "Bearer sk-two"})
     assert status == 200 and body["data"][0]["id"] == "qwen2"
     assert call(guarded.port, "GET", "/health")[0] == 200
+    assert call(guarded.port, "GET", "/v1/health")[0] == 200  # llama-server's alias
+    assert call(guarded.port, "GET", "/v1/models/qwen2")[0] == 401
     assert call(guarded.port, "GET", "/metrics")[0] == 200
     status, _, body = call(guarded.port, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1},
                            headers={"Authorization": "Bearer sk-one"})
