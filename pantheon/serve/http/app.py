@@ -9,6 +9,7 @@ from pantheon.serve.http.completions import ChatCompletions, Completions, Option
 from pantheon.serve.http.cors import Cors
 from pantheon.serve.http.native import ApplyTemplate, Infill, NativeCompletion, Props, Slots
 from pantheon.serve.http.disconnect import DisconnectWatch
+from pantheon.serve.http.request_id import RequestId
 from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
 from pantheon.serve.metrics import OTHER
@@ -44,7 +45,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     in content; "auto"/"deepseek" move it to reasoning_content (a request's reasoning_format wins).
     The OpenAI routes answer with and without the /v1 prefix, as bare base URLs call them.
     """
-    middleware = [Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys)]
+    middleware = [RequestId(), Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys)]
     middleware += [_CountRequests(metrics)] if metrics is not None else []
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True

@@ -1,7 +1,8 @@
 """CORS for browser clients: allowed origins get the headers, and a preflight never needs a key."""
 
 ALLOW_METHODS = "GET, POST, OPTIONS"
-ALLOW_HEADERS = "Authorization, Content-Type, X-Session-Id"
+ALLOW_HEADERS = "Authorization, Content-Type, X-Session-Id, X-Request-Id"
+EXPOSE_HEADERS = "X-Request-Id, Retry-After"  # what a page's script may read from an answer
 MAX_AGE_S = "600"
 
 
@@ -37,5 +38,6 @@ class Cors:
         if origin is None or not (self.any or origin in self.origins):
             return
         resp.set_header("Access-Control-Allow-Origin", "*" if self.any else origin)
+        resp.set_header("Access-Control-Expose-Headers", EXPOSE_HEADERS)
         if not self.any:
             resp.append_header("Vary", "Origin")

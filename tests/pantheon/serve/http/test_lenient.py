@@ -86,6 +86,7 @@ def test_allowed_origin_sees_answers_and_errors_and_the_key_still_counts(browser
     status, hdrs, body = call(browser.port, "POST", "/chat/completions", {"messages": USER, "max_tokens": 1},
                               headers=dict(origin, Authorization="Bearer sk-one"))
     assert status == 200 and hdrs["Access-Control-Allow-Origin"] == "https://app.example"
+    assert "X-Request-Id" in hdrs["Access-Control-Expose-Headers"]  # a page's script may read the id
     status, hdrs, _ = call(browser.port, "GET", "/health", headers={"Origin": "https://evil.example"})
     assert status == 200 and "Access-Control-Allow-Origin" not in hdrs
 
