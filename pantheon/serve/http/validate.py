@@ -10,7 +10,7 @@ from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import (INT32_MAX, bad, boolean, divisor, integer, last_n, number, positive,
                                              seed, show, string, top_k)
 
-MAX_STOPS = 4
+MAX_STOPS = 32  # OpenAI takes 4; llama-server and vLLM any number, and their chat UIs send a dozen
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "reasoning_content"}
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",

@@ -58,3 +58,11 @@ def test_a_role_that_is_not_a_string_is_400(role):
     with pytest.raises(RequestError) as err:
         validate.check({"messages": [{"role": role, "content": "x"}]}, validate.CHAT, ("messages",))
     assert err.value.param == "messages[0].role"
+
+
+def test_up_to_32_stop_strings_as_llama_server_clients_send():
+    stops = [f"\n{name}:" for name in range(32)]
+    assert validate.check({"prompt": "x", "stop": stops}, validate.COMPLETIONS, ("prompt",)).stop == tuple(stops)
+    with pytest.raises(RequestError) as err:
+        validate.check({"prompt": "x", "stop": stops + ["one more"]}, validate.COMPLETIONS, ("prompt",))
+    assert err.value.param == "stop" and "at most 32" in str(err.value)
