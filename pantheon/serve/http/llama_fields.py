@@ -3,7 +3,8 @@
 import json
 
 from pantheon.errors import InvalidParameter
-from pantheon.serve.http.field_types import bad, boolean, integer, show, string
+from pantheon.serve.http import sampler_order
+from pantheon.serve.http.field_types import bad, boolean, integer, number, show, string
 from pantheon.text import grammar as grammars
 
 
@@ -44,16 +45,41 @@ def json_object(name, v):
     return v
 
 
+def at_most_zero(name, v):
+    """top_n_sigma: llama.cpp's -1 (or any value <= 0) leaves it off."""
+    if number(name, v) > 0:
+        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send -1", "unsupported_value")
+    return v
+
+
+def keep_one(name, v):
+    """min_keep: every filter here keeps at least one token, which 0 and 1 both ask for."""
+    if integer(name, v) not in (0, 1):
+        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send 0", "unsupported_value")
+    return v
+
+
+def strings(name, v):
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise bad(name, "expected a list of strings")
+    return v
+
+
 # Samplers and options we do not run: a value that would change the output is a 400 naming the field;
 # the neutral value (what llama-server does when the field is absent) is accepted.
 UNSUPPORTED = {"typical_p": one_only, "mirostat": zero_only, "n_indent": zero_only, "dry_multiplier": zero_only,
                "xtc_probability": zero_only, "dynatemp_range": zero_only, "post_sampling_probs": false_only,
-               "samplers": null_only, "lora": null_only}
+               "top_n_sigma": at_most_zero, "tfs_z": one_only, "min_keep": keep_one, "lora": null_only}
+# The settings of those samplers: they act only when the sampler is on, which the fields above refuse,
+# so any well-typed value changes nothing (chat UIs send them all the time).
+SETTINGS = {"mirostat_tau": number, "mirostat_eta": number, "dry_base": number, "dry_allowed_length": integer,
+            "dry_penalty_last_n": integer, "dry_sequence_breakers": strings, "xtc_threshold": number,
+            "dynatemp_exponent": number}
 # What a llama-server client sends to any generation route. cache_prompt, id_slot and n_keep change
 # nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
 # prompt that does not fit is refused rather than shifted.
-EXTRAS = dict(UNSUPPORTED, n_predict=n_predict, ignore_eos=boolean, cache_prompt=boolean, id_slot=integer,
-              n_keep=integer, grammar=string, json_schema=json_object)
+EXTRAS = dict(UNSUPPORTED, **SETTINGS, samplers=sampler_order.samplers, n_predict=n_predict, ignore_eos=boolean,
+              cache_prompt=boolean, id_slot=integer, n_keep=integer, grammar=string, json_schema=json_object)
 
 
 def compiled_grammar(values):

@@ -3,7 +3,7 @@
 import time
 
 from pantheon import __version__
-from pantheon.serve.http import chat_plan, choices, json_body, llama_fields, sse, validate
+from pantheon.serve.http import chat_plan, choices, json_body, llama_fields, sampler_order, sse, validate
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_request, resolve
 from pantheon.serve.http.disconnect import disconnect_check
@@ -178,7 +178,8 @@ def _check_ids(name, ids, n_vocab):
 
 def _request(served, body, ids, session, default_max_tokens):
     parsed = validate.Parsed(max_tokens=llama_fields.generation_limit(body, "max_tokens"),
-                             sampling={k: body[k] for k in SAMPLING if body.get(k) is not None},
+                             sampling=sampler_order.apply({k: body[k] for k in SAMPLING if body.get(k) is not None},
+                                                          body.get("samplers")),
                              logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False))
     if not ids:
         raise bad("prompt", "tokenizes to no tokens at all", "invalid_value")

@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from pantheon.serve.http import llama_fields
+from pantheon.serve.http import llama_fields, sampler_order
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import (INT32_MAX, bad, boolean, divisor, integer, last_n, number, positive,
                                              seed, show, string, top_k)
@@ -330,7 +330,8 @@ def _parsed(values):
     limit = llama_fields.generation_limit(values, "max_completion_tokens", "max_tokens")
     options = values.get("stream_options", {})
     return Parsed(model=values.get("model"), messages=values.get("messages"), prompt=values.get("prompt"),
-                  max_tokens=limit, sampling={k: values[k] for k in SAMPLING_FIELDS if k in values},
+                  max_tokens=limit, sampling=sampler_order.apply({k: values[k] for k in SAMPLING_FIELDS if k in values},
+                                                                 values.get("samplers")),
                   stop=values.get("stop", ()), stream=values.get("stream", False),
                   include_usage=options.get("include_usage", False), user=values.get("user"),
                   tools=values.get("tools", values.get("functions")),

@@ -37,7 +37,11 @@ def qwen():
 @pytest.mark.parametrize("check", [chat, completion])
 @pytest.mark.parametrize("name,value", [("cache_prompt", False), ("id_slot", 3), ("n_keep", 16), ("typical_p", 1.0),
                                         ("mirostat", 0), ("dry_multiplier", 0.0), ("xtc_probability", 0),
-                                        ("dynatemp_range", 0), ("n_indent", 0), ("post_sampling_probs", False)])
+                                        ("dynatemp_range", 0), ("n_indent", 0), ("post_sampling_probs", False),
+                                        ("top_n_sigma", -1), ("tfs_z", 1), ("min_keep", 0), ("mirostat_tau", 5.0),
+                                        ("mirostat_eta", 0.1), ("dry_base", 1.75), ("dry_allowed_length", 2),
+                                        ("dry_penalty_last_n", -1), ("dry_sequence_breakers", ["\n", ":"]),
+                                        ("xtc_threshold", 0.1), ("dynatemp_exponent", 1.0)])
 def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name, value):
     parsed = check(**{name: value, "max_tokens": 3})
     assert parsed.max_tokens == 3 and parsed.grammar is None and not parsed.ignore_eos
@@ -46,7 +50,9 @@ def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name
 @pytest.mark.parametrize("check", [chat, completion])
 @pytest.mark.parametrize("name,value", [("typical_p", 0.9), ("mirostat", 2), ("dry_multiplier", 0.8),
                                         ("xtc_probability", 0.5), ("dynatemp_range", 0.2), ("n_indent", 4),
-                                        ("post_sampling_probs", True), ("samplers", ["top_k"]), ("lora", [])])
+                                        ("post_sampling_probs", True), ("samplers", ["temperature", "top_p"]),
+                                        ("samplers", "ki"), ("top_n_sigma", 1.5), ("tfs_z", 0.9), ("min_keep", 5),
+                                        ("lora", [])])
 def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
     with pytest.raises(RequestError) as err:
         check(**{name: value})
@@ -57,7 +63,8 @@ def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
 @pytest.mark.parametrize("name,value", [("n_predict", 0), ("n_predict", -2), ("n_predict", "3"), ("ignore_eos", 1),
                                         ("cache_prompt", "yes"), ("grammar", 5), ("grammar", "root ::= ("),
                                         ("json_schema", "{}"), ("json_schema", {"type": "frobnicate"}),
-                                        ("id_slot", 1.5)])
+                                        ("id_slot", 1.5), ("samplers", 5), ("samplers", [1]), ("mirostat_tau", "5"),
+                                        ("dry_sequence_breakers", "\n")])
 def test_bad_values_name_the_field(check, name, value):
     with pytest.raises(RequestError) as err:
         check(**{name: value})

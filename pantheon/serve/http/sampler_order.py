@@ -1,0 +1,64 @@
+"""llama-server's `samplers` list, mapped onto Pantheon's fixed chain: what runs, and whether the order holds."""
+
+from pantheon.engine.sampler import SamplingParams
+from pantheon.serve.http.field_types import bad, show
+
+# Pantheon's chain, in llama.cpp's default order (penalties, then the filters, temperature last).
+CHAIN = ("penalties", "top_k", "top_p", "min_p", "temperature")
+# llama.cpp's names and one-letter codes for them; dry, typ_p, xtc and top_n_sigma only ever run here at
+# their neutral settings (other values are refused by name), so listing them changes nothing.
+NAMES = {"penalties": "penalties", "top_k": "top_k", "top-k": "top_k", "top_p": "top_p", "top-p": "top_p",
+         "nucleus": "top_p", "min_p": "min_p", "min-p": "min_p", "temperature": "temperature", "temp": "temperature",
+         "dry": None, "typ_p": None, "typ-p": None, "typical_p": None, "typical-p": None, "typical": None,
+         "typ": None, "xtc": None, "top_n_sigma": None, "top-n-sigma": None, "infill": "infill"}
+LETTERS = {"e": "penalties", "k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature", "d": None, "y": None,
+           "x": None, "s": None, "i": "infill"}
+# The value that makes each sampler the identity: what a sampler left out of the list amounts to.
+NEUTRAL = {"penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
+           "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0}, "temperature": {"temperature": 1.0}}
+_DEFAULTS = SamplingParams()
+
+
+def samplers(name, v):
+    """A list of sampler names or a string of llama.cpp's letters, as the samplers of our chain it names
+    (in the client's order). Names llama.cpp does not know are skipped, as llama-server skips them."""
+    if isinstance(v, str):
+        picked = [LETTERS.get(c) for c in v]
+    elif isinstance(v, list) and all(isinstance(s, str) for s in v):
+        picked = [NAMES.get(s.lower()) for s in v]
+    else:
+        raise bad(name, f"expected a list of sampler names or a string of their letters, got {show(v)}")
+    if "infill" in picked:
+        raise bad(name, "the infill sampler is not supported; leave it out of samplers", "unsupported_value")
+    return tuple(s for s in picked if s is not None)
+
+
+def apply(sampling, order):
+    """`sampling` (the fields a client set) as llama-server runs them with `order` (checked `samplers`):
+    a sampler left out does nothing, so it is set neutral; one that does something must keep our place."""
+    if order is None:
+        return sampling
+    out = dict(sampling)
+    for s in CHAIN:
+        if s not in order:
+            out.update(NEUTRAL[s])
+    acting = [s for s in order if _acts(s, {**_settings(), **out})]
+    if acting != sorted(acting, key=CHAIN.index):
+        raise bad("samplers", f"Pantheon runs {', '.join(CHAIN)} in that order; samplers "
+                  f"{', '.join(acting)} (those that change anything here) are in another", "unsupported_value")
+    return out
+
+
+def _settings():
+    return {k: getattr(_DEFAULTS, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                                  "presence_penalty", "frequency_penalty")}
+
+
+def _acts(sampler, p):
+    """Whether `sampler` changes the draw under settings `p` (a greedy draw is order-free: every filter
+    keeps the best token)."""
+    if sampler == "penalties":
+        return p["repeat_penalty"] != 1.0 or p["presence_penalty"] != 0.0 or p["frequency_penalty"] != 0.0
+    if sampler == "temperature":
+        return p["temperature"] not in (0.0, 1.0)
+    return p[sampler] != NEUTRAL[sampler][sampler]
