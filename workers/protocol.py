@@ -177,6 +177,15 @@ def decode_job(body):
                None if logprobs < 0 else logprobs, route.n)
 
 
+def one_choice(job, choice):
+    """Choice `choice` of an n-choice job as a job of its own, sampled with the seed the die gives that
+    choice (seed + choice, as pantheon.engine.scheduler does)."""
+    seed = job.params.seed
+    params = job.params if seed is None or choice == 0 else dataclasses.replace(job.params,
+                                                                                 seed=(seed + choice) % 2**64)
+    return dataclasses.replace(job, params=params, n=1)
+
+
 def continuation(job, sent):
     """The job resubmitted after its worker died: the prompt extended by the tokens already delivered."""
     return dataclasses.replace(job, prompt=job.prompt + tuple(sent), max_tokens=job.max_tokens - len(sent),

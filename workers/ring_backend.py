@@ -1,29 +1,22 @@
 """The Backend the HTTP app uses inside a front process: requests out over rings, tokens back over rings."""
 
-import dataclasses
 import hashlib
 import itertools
-import queue
 import sys
 import threading
 import time
 
-from ipc.errors import FrameError
 from ipc.mux import Mux
 from pantheon.serve import core
 from pantheon.serve.metrics import pressure_lines
 from pantheon.serve.settings import context_size
-from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, Tokens, Unavailable,
-                                         UnknownModel)
+from pantheon.serve.http.backend import ModelInfo, Unavailable, UnknownModel
 from pantheon.source import open_text
 from workers import protocol
-from workers.protocol import ErrorCode, Kind
+from workers.protocol import Kind
+from workers.ring_stream import RingStream, Shutdown, final_frame
 from workers.tables import DIE_STATES, DIE_UP, PRESSURE_LEVELS, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
-ACK_TIMEOUT_S = 30.0
-MAX_DEATHS = 2  # poison-pill rule: a request in flight at this many worker deaths is not tried again
-RECOVER_S = 30.0  # how long a request waits for a replica to come back after its worker died
-RETRY_NAP_S = 0.25
 PREPARE_INTERVAL_S = 0.2  # how often a front looks for newly loaded slots to open ahead of requests
 
 
@@ -32,194 +25,6 @@ def session_hash(session):
     if not session:
         return 0
     return int.from_bytes(hashlib.blake2b(session.encode(), digest_size=8).digest(), "little") or 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Shutdown:
-    """Put on a stream's queue when the front stops: the stream ends with an error event and [DONE]."""
-
-    reason: str
-
-
-class RingStream:
-    """Events of one request as they arrive on the front's inbound rings.
-
-    When the worker running it dies, the stream resubmits itself (a new request id, so late frames of
-    the dead attempt are dropped) with the prompt plus every token already delivered, and numbers the
-    continuation after them: the client sees one unbroken stream, no token twice, none missing.
-    """
-
-    def __init__(self, backend, job):
-        self.backend, self.job = backend, job
-        self.rid = None
-        self.events = queue.Queue()
-        self.sent = [[] for _ in range(job.n)]  # per choice: token ids delivered to the client, in order
-        self.finished = set()  # choices whose DONE was delivered
-        self.stopped = set()  # choices cancelled alone
-        self.offset = 0  # tokens delivered before the current attempt (n = 1: the continuation's start)
-        self.deaths = 0  # worker deaths this request was in flight at
-        self.recover_until = None
-        self.cancelled = False
-        self.ended = False  # the pump has routed this attempt's DONE or ERROR
-        self.replica = None
-        self._early = []
-
-    def submit(self):
-        """(Re)send the job under a fresh request id: the prompt extended by what was already sent."""
-        self.backend.forget(self.rid)
-        self.ended = False
-        job = protocol.continuation(self.job, self.sent[0]) if self.sent[0] else self.job
-        payload = protocol.encode_job(job)  # before registering: a job the codec refuses leaves nothing behind
-        self.rid = self.backend.new_id()
-        self.backend.register(self.rid, self)
-        self.offset = len(self.sent[0])
-        try:
-            self.backend.send(Kind.SUBMIT, self.rid, payload)
-        except BaseException:
-            self.backend.forget(self.rid)
-            raise
-
-    def wait_accepted(self):
-        """Block until the supervisor accepted the request; raise its refusal (429, 503).
-
-        The die may stream its first tokens before the front reads the acknowledgement (they travel
-        on different rings): those wait, in order, in `_early` until iteration starts."""
-        while True:
-            msg = self._next(ACK_TIMEOUT_S, early=False)
-            if msg.kind == Kind.ACCEPTED:
-                self._note_replica(msg)
-                return
-            if msg.kind != Kind.ERROR:
-                self._early.append(msg)
-                continue
-            if not self._recover(msg):
-                self.backend.forget(self.rid)
-                raise _refusal(msg)
-
-    def _next(self, timeout=None, early=True):
-        """The next message of the current attempt (frames of an abandoned attempt are skipped)."""
-        while early and self._early:
-            msg = self._early.pop(0)
-            if msg.request_id == self.rid:
-                return msg
-        while True:
-            try:
-                msg = self.events.get(timeout=timeout)
-            except queue.Empty:
-                self.backend.forget(self.rid)
-                raise Unavailable("the supervisor did not answer in time", retry_after=1.0) from None
-            if isinstance(msg, Shutdown):
-                self.backend.forget(self.rid)
-                raise Unavailable(msg.reason, retry_after=5.0)
-            if msg.request_id == self.rid:
-                return msg
-
-    def _note_replica(self, msg):
-        die = protocol.decode_accepted(bytes(msg.payload))
-        if die < self.backend.layout.n_dies:
-            self.replica = self.backend.layout.metrics.dies[die]
-
-    def _recover(self, msg):
-        """After WORKER_DIED (or no replica while recovering): resubmit; False when out of time or tries."""
-        code = protocol.decode_error(bytes(msg.payload)).code
-        if code == ErrorCode.WORKER_DIED:
-            self.deaths += 1
-            if not self._resumable():
-                self.backend.forget(self.rid)
-                raise GenerationFailed(f"the worker running this request died after its {self.job.n} choices had "
-                                       f"started; a request with n > 1 is resumed only before its first token")
-        if code == ErrorCode.WORKER_DIED and self.deaths < MAX_DEATHS and not self.cancelled:
-            self.recover_until = time.monotonic() + RECOVER_S
-        elif not (code == ErrorCode.UNAVAILABLE and self.recover_until and time.monotonic() < self.recover_until):
-            return False
-        if code == ErrorCode.UNAVAILABLE:
-            time.sleep(RETRY_NAP_S)  # the die is restarting: ask again shortly
-        self.submit()
-        return True
-
-    def __iter__(self):
-        """Resumable (every message is taken off the queue one at a time), so a consumer that stops at
-        a stop string and iterates again still receives the DONE behind it. The request id is
-        forgotten only at its end, never when an iterator is dropped."""
-        while len(self.finished) < self.job.n:
-            msg = self._next()
-            if msg.kind == Kind.TOKENS:
-                token, scored, choice = protocol.decode_token(bytes(msg.payload))
-                seq = msg.seq + (self.offset if choice == 0 else 0)
-                if choice < self.job.n and seq == len(self.sent[choice]):
-                    self.sent[choice].append(token)
-                    yield Tokens((token,), seq, () if scored is None else (scored,), choice)
-            elif msg.kind == Kind.ACCEPTED:
-                self._note_replica(msg)
-            elif msg.kind == Kind.DONE:
-                yield from self._done(msg)
-            elif msg.kind == Kind.ERROR and self._all_sent():
-                self.backend.forget(self.rid)
-                yield from self._end_all("length")  # died after the last token
-            elif msg.kind == Kind.ERROR and not self._recover(msg):
-                self.backend.forget(self.rid)
-                raise _refusal(msg)
-
-    def _done(self, msg):
-        done, final = protocol.decode_done(bytes(msg.payload))
-        if final:
-            self.backend.forget(self.rid)
-        if done.choice < self.job.n and done.choice not in self.finished:
-            self.finished.add(done.choice)
-            yield Finished(done.reason, len(self.job.prompt), done.cached_tokens, len(self.sent[done.choice]),
-                           done.choice)
-        if final:
-            yield from self._end_all("abort")  # a choice the die never reported (it ended unstarted)
-
-    def _end_all(self, reason):
-        for choice in range(self.job.n):
-            if choice not in self.finished:
-                self.finished.add(choice)
-                yield Finished(reason, len(self.job.prompt), 0, len(self.sent[choice]), choice)
-
-    def _all_sent(self):
-        """Every choice still running has delivered max_tokens: a death now lost nothing."""
-        return all(len(self.sent[c]) >= self.job.max_tokens for c in range(self.job.n) if c not in self.finished)
-
-    def _resumable(self):
-        """One choice resumes as a continuation of what it sent; several only before any was sent."""
-        return self.job.n == 1 or not (self.finished or any(self.sent))
-
-    def cancel(self, choice=None):
-        """Stop the generation (or one choice of it); the request id is forgotten once its final DONE has
-        arrived (see the pump)."""
-        if self.cancelled or (choice is not None and (choice in self.stopped or choice in self.finished)):
-            return
-        if choice is not None and self.job.n > 1:
-            self.stopped.add(choice)
-            self.backend.send(Kind.CANCEL, self.rid, protocol.encode_cancel(choice))
-            return
-        self.cancelled = True
-        self.backend.send(Kind.CANCEL, self.rid, b"")
-        if self.ended:
-            self.backend.forget(self.rid)
-
-
-def _final(msg):
-    """Whether a DONE frame ends its request (a malformed one does: the stream reports the error)."""
-    try:
-        return protocol.decode_done(bytes(msg.payload))[1]
-    except FrameError:
-        return True
-
-
-def _refusal(msg):
-    """The BackendError an ERROR body stands for (its retry hint becomes Retry-After)."""
-    err = protocol.decode_error(bytes(msg.payload))
-    retry = err.retry_after or 1.0
-    if err.code == ErrorCode.OVERLOADED:
-        return Overloaded(err.detail, retry_after=retry)
-    if err.code == ErrorCode.UNAVAILABLE:
-        return Unavailable(err.detail, retry_after=retry)
-    if err.code == ErrorCode.WORKER_DIED:
-        return GenerationFailed(f"the worker running this request died: {err.detail} (a request in flight at "
-                                f"{MAX_DEATHS} worker deaths is not tried again: poison-pill rule)")
-    return GenerationFailed(err.detail or f"request failed ({err.code.name})")
 
 
 class RingBackend:
@@ -286,10 +91,8 @@ class RingBackend:
             if stream is None:
                 continue
             stream.events.put(msg)
-            if msg.kind == Kind.ERROR or (msg.kind == Kind.DONE and _final(msg)):
-                stream.ended = True
-                if stream.cancelled:  # nobody will read further: drop the registration now
-                    self.forget(msg.request_id)
+            if msg.kind == Kind.ERROR or (msg.kind == Kind.DONE and final_frame(msg)):
+                stream.note_end(msg.request_id)
 
     def send(self, kind, rid, payload):
         with self._out_lock:

@@ -33,7 +33,8 @@ class Outcome:
     n: int
     status: int = 0
     replica: str = ""
-    text: str = ""
+    text: str = ""  # every choice's text, in arrival order
+    texts: dict = field(default_factory=dict)  # choice index -> its text
     finishes: list = field(default_factory=list)  # finish_reason values seen
     errors: list = field(default_factory=list)  # error events (or the error body of a non-200 answer)
     dones: int = 0  # "data: [DONE]" lines
@@ -64,6 +65,7 @@ def _event(out, data):
         return
     choice = body["choices"][0]
     out.text += choice.get("text") or ""
+    out.texts[choice.get("index", 0)] = out.texts.get(choice.get("index", 0), "") + (choice.get("text") or "")
     out.finishes.append(choice.get("finish_reason"))
 
 

@@ -272,8 +272,9 @@ def _ends_with_one_error_then_serves(srv, oracle, thread, box, words):
     assert_serves(srv, oracle)
 
 
-def test_a_worker_death_after_several_choices_started_ends_them_with_a_clear_error(servers, model, oracle):
-    """n > 1 resumes only before its first token: after, every choice ends with one error event."""
+def test_a_worker_death_after_several_choices_started_continues_each_choice(servers, model, oracle):
+    """n > 1 killed mid-stream: each started choice continues on the live replica as its own
+    continuation; every choice ends once, whole, with no token twice and none missing."""
     srv = start(servers, model)
     killed = {}
 
@@ -282,7 +283,15 @@ def test_a_worker_death_after_several_choices_started_ends_them_with_a_clear_err
         os.kill(killed["pid"], signal.SIGKILL)
 
     thread, box = _stream_in_thread(srv, 900, 1500, on_open=kill, extra={"n": 2})
-    _ends_with_one_error_then_serves(srv, oracle, thread, box, "n > 1 is resumed only before its first token")
+    thread.join(90)
+    out = box["out"]
+    assert out.status == 200 and not out.errors and out.dones == 1 and not out.broken, out
+    assert [f for f in out.finishes if f] == ["length", "length"], out.finishes
+    want = oracle.text(900, 1500)
+    assert out.texts == {0: want, 1: want}, {i: t[:80] for i, t in out.texts.items()}
+    assert f"(pid {killed['pid']}) exited with -9" in srv.log()
+    assert wait_for(lambda: all_up(srv), 30), dies(srv)
+    assert_serves(srv, oracle)
 
 
 def test_unload_then_load_on_a_failed_die_serves_again(servers, model, oracle):
