@@ -3,7 +3,7 @@
 import openai
 import pytest
 
-from tests.pantheon.serve.http.server import Served, open_models
+from tests.pantheon.serve.http.server import Served, open_models, qwen_served
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -17,6 +17,12 @@ def served():
     yield server
     server.close()
 
+
+@pytest.fixture(scope="module")
+def qwen():
+    server = qwen_served()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="module")

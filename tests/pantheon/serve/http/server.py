@@ -20,6 +20,12 @@ def open_models(names=("qwen2", "llama")):
     return {name: pantheon.open_model(str(shared_path("golden", GOLDEN[name])), threads=1) for name in names}
 
 
+def qwen_served(n_ctx=256):
+    """The golden qwen2 model under its real chat template (Qwen2.5's), for the chat-shaped tests."""
+    template = shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+    return Served(open_models(("qwen2",)), n_ctx=n_ctx, chat_templates={"qwen2": template})
+
+
 class Served:
     """LocalBackend + create_app under waitress with channel_request_lookahead, as in production."""
 

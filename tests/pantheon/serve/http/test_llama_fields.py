@@ -8,8 +8,7 @@ import pytest
 
 from pantheon.serve.http import llama_fields, validate
 from pantheon.serve.http.errors import RequestError
-from tests.conftest import shared_path
-from tests.pantheon.serve.http.server import Served, call, open_models
+from tests.pantheon.serve.http.server import call
 
 USER = [{"role": "user", "content": "Answer:"}]
 GBNF = 'root ::= ("yes" | "no") ", " [0-9] [0-9]? "."'
@@ -24,14 +23,6 @@ def chat(**fields):
 
 def completion(**fields):
     return validate.check(dict({"prompt": "Hi"}, **fields), validate.COMPLETIONS, ("prompt",))
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    template = shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
-    server = Served(open_models(("qwen2",)), chat_templates={"qwen2": template})
-    yield server
-    server.close()
 
 
 @pytest.mark.parametrize("check", [chat, completion])

@@ -7,18 +7,9 @@ import pytest
 
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.native import fim_prompt
-from tests.conftest import shared_path
-from tests.pantheon.serve.http.server import Served, call, open_models
+from tests.pantheon.serve.http.server import call
 
 NO_EOS = [[2, False]]
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    template = shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
-    server = Served(open_models(("qwen2",)), chat_templates={"qwen2": template})
-    yield server
-    server.close()
 
 
 def test_completion_answers_in_llama_server_shape_and_matches_v1(qwen):

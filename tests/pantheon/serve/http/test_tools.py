@@ -5,8 +5,7 @@ import json
 import openai
 import pytest
 
-from tests.conftest import shared_path
-from tests.pantheon.serve.http.server import Served, call, open_models
+from tests.pantheon.serve.http.server import call, qwen_served
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -18,8 +17,7 @@ NO_EOS = {"2": -100}
 
 @pytest.fixture(scope="module")
 def qwen():
-    template = shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
-    server = Served(open_models(("qwen2",)), n_ctx=512, chat_templates={"qwen2": template})
+    server = qwen_served(n_ctx=512)
     yield server
     server.close()
 
