@@ -178,12 +178,8 @@ def decode_job(body):
 
 
 def one_choice(job, choice):
-    """Choice `choice` of an n-choice job as a job of its own, sampled with the seed the die gives that
-    choice (seed + choice, as pantheon.engine.scheduler does)."""
-    seed = job.params.seed
-    params = job.params if seed is None or choice == 0 else dataclasses.replace(job.params,
-                                                                                 seed=(seed + choice) % 2**64)
-    return dataclasses.replace(job, params=params, n=1)
+    """Choice `choice` of an n-choice job as a job of its own, sampled as the die samples that choice."""
+    return dataclasses.replace(job, params=job.params.for_choice(choice), n=1)
 
 
 def continuation(job, sent):

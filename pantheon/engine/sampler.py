@@ -3,6 +3,7 @@
 import math
 import numbers
 import operator
+import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
@@ -59,6 +60,13 @@ class SamplingParams:
         _check_bias(self.logit_bias, n_vocab)
         if self.seed is not None:
             _integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)
+
+    def for_choice(self, choice):
+        """Choice `choice` of several sampled from one prompt: seed + choice, so n choices differ and a
+        seed reproduces all of them (None stays None)."""
+        if choice == 0 or self.seed is None:
+            return self
+        return dataclasses.replace(self, seed=(self.seed + choice) % _SEED_LIMIT)
 
     @property
     def penalizes(self):

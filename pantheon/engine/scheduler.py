@@ -120,13 +120,6 @@ class _Sequence:
                          self.choice, final)
 
 
-def _choice_params(params, choice):
-    """Choice i's sampling: seed + i, so n choices differ and a seed reproduces all of them."""
-    if choice == 0 or params.seed is None:
-        return params
-    return dataclasses.replace(params, seed=(params.seed + choice) % _SEED_MOD)
-
-
 class Engine:
     """Continuous batching over one model: every step runs one forward for all running sequences.
 
@@ -239,7 +232,7 @@ class Engine:
             cache = self._new_cache()
             cache.copy_from(seq.cache, len(seq.cache))
             grammar = seq.constraint.fork() if seq.constraint is not None else None
-            sampler = Sampler(_choice_params(seq.req.params, choice), self.model.config.n_vocab)
+            sampler = Sampler(seq.req.params.for_choice(choice), self.model.config.n_vocab)
             fork = _Sequence(seq.req, cache, seq.cached, sampler, choice, grammar)
             fork.pos = seq.pos
             self.running[fork.key] = fork

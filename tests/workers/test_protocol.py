@@ -162,13 +162,11 @@ def test_continuation_extends_the_prompt_by_what_was_sent():
 
 
 def test_one_choice_is_a_job_of_its_own_with_the_seed_the_engine_gives_that_choice():
-    from pantheon.engine.scheduler import _choice_params
-
     job = Job(1, (1, 2), 10, SamplingParams(seed=2**64 - 1, top_k=3), n=4)
     for c in range(4):
         alone = protocol.one_choice(job, c)
-        assert alone.n == 1 and alone.prompt == job.prompt and alone.params == _choice_params(job.params, c)
-    assert protocol.one_choice(job, 2).params.seed == 1 and protocol.one_choice(job, 2).params.top_k == 3
+        assert (alone.n, alone.prompt, alone.max_tokens) == (1, job.prompt, 10)
+        assert alone.params.seed == (2**64 - 1 + c) % 2**64 and alone.params.top_k == 3
     unseeded = Job(1, (1,), 5, SamplingParams(), n=2)
     assert protocol.one_choice(unseeded, 1).params.seed is None
 

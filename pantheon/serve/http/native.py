@@ -115,8 +115,9 @@ class NativeCompletion:
     def _start(self, req, served, bodies, started):
         """A _Reply per prompt; every prompt is checked before any generation starts."""
         session = req.get_header(SESSION_HEADER)
-        requests = [_request(served, b, self.prompt_ids(served, b), session, self.options.default_max_tokens)
-                    for b in bodies]
+        grammar = llama_fields.compiled_grammar(bodies[0])  # the same for every prompt of the list
+        requests = [_request(served, b, self.prompt_ids(served, b), session, self.options.default_max_tokens,
+                             grammar) for b in bodies]
         spell = TokenText(served.tokenizer) if bodies[0].get("n_probs") else None
         replies = []
         try:
@@ -176,15 +177,14 @@ def _check_ids(name, ids, n_vocab):
         raise bad(name, f"token id {outside[0]} is outside the vocabulary of {n_vocab} tokens", "invalid_value")
 
 
-def _request(served, body, ids, session, default_max_tokens):
+def _request(served, body, ids, session, default_max_tokens, grammar):
     parsed = validate.Parsed(max_tokens=llama_fields.generation_limit(body, "max_tokens"),
                              sampling=sampler_order.apply({k: body[k] for k in SAMPLING if body.get(k) is not None},
                                                           body.get("samplers")),
                              logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False))
     if not ids:
         raise bad("prompt", "tokenizes to no tokens at all", "invalid_value")
-    return generation_request(served, parsed, ids, session, default_max_tokens,
-                              llama_fields.compiled_grammar(body))
+    return generation_request(served, parsed, ids, session, default_max_tokens, grammar)
 
 
 class _Reply:

@@ -16,7 +16,9 @@ LETTERS = {"e": "penalties", "k": "top_k", "p": "top_p", "m": "min_p", "t": "tem
 # The value that makes each sampler the identity: what a sampler left out of the list amounts to.
 NEUTRAL = {"penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
            "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0}, "temperature": {"temperature": 1.0}}
-_DEFAULTS = SamplingParams()
+# What a request that sets none of them samples with (SamplingParams' defaults).
+DEFAULTS = {k: getattr(SamplingParams(), k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+                                                        "presence_penalty", "frequency_penalty")}
 
 
 def samplers(name, v):
@@ -42,16 +44,12 @@ def apply(sampling, order):
     for s in CHAIN:
         if s not in order:
             out.update(NEUTRAL[s])
-    acting = [s for s in order if _acts(s, {**_settings(), **out})]
+    settings = {**DEFAULTS, **out}
+    acting = [s for s in order if _acts(s, settings)]
     if acting != sorted(acting, key=CHAIN.index):
         raise bad("samplers", f"Pantheon runs {', '.join(CHAIN)} in that order; samplers "
                   f"{', '.join(acting)} (those that change anything here) are in another", "unsupported_value")
     return out
-
-
-def _settings():
-    return {k: getattr(_DEFAULTS, k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-                                                  "presence_penalty", "frequency_penalty")}
 
 
 def _acts(sampler, p):

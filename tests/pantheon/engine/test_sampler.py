@@ -220,3 +220,11 @@ def test_params_are_frozen():
         params.temperature = 0.0
     with pytest.raises(TypeError):
         params.logit_bias[1] = 3.0
+
+
+def test_choice_i_samples_with_seed_plus_i_wrapping_and_unseeded_stays_unseeded():
+    params = SamplingParams(seed=2**64 - 2, top_k=7)
+    assert params.for_choice(0) is params
+    assert [params.for_choice(c).seed for c in (1, 2, 3)] == [2**64 - 1, 0, 1]
+    assert params.for_choice(3).top_k == 7
+    assert SamplingParams().for_choice(5).seed is None
