@@ -66,11 +66,14 @@ def _bufsize(config):
 
 
 def _global(config, paths):
+    # lua-load-per-thread: one Lua state per HAProxy thread. Under the shared state of `lua-load`, HAProxy
+    # 2.6 corrupts the guard's Lua stack when two threads stream at once ("attempt to index a thread
+    # value") and then aborts, resetting every client (test_stream_guard: concurrent streams)
     return "\n".join(["global",
                       f"    stats socket {paths.socket} mode 600 level admin",
                       "    stats timeout 30s",
                       f"    tune.bufsize {_bufsize(config)}",
-                      f'    lua-load "{GUARD_LUA}"',
+                      f'    lua-load-per-thread "{GUARD_LUA}"',
                       "    log stderr format raw local0 warning"])
 
 

@@ -54,7 +54,7 @@ def test_haproxy_accepts_the_generated_config(tmp_path):
     text = render(config, paths)
     for needed in ("option http-buffer-request", "json_query('$.model')", "balance leastconn",
                    "stick on req.hdr(x-session-id)", "option httpchk GET /health", "retry-on conn-failure",
-                   "backend m2", f"-f {paths.keys}", "lua-load", "stream_guard.lua",
+                   "backend m2", f"-f {paths.keys}", "lua-load-per-thread", "stream_guard.lua",
                    "filter lua.pantheon-stream-guard", "http-request set-header X-Pantheon-Stream-End close"):
         assert needed in text
     assert open(paths.keys).read() == "Bearer key-1\n"

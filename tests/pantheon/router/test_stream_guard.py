@@ -11,6 +11,7 @@ import struct
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -81,6 +82,14 @@ class Upstream:
         conn.sendall(DONE)
         conn.close()
 
+    def _burst(self, conn):
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        for _ in range(100):  # small writes, so the guard runs once per event or so
+            conn.sendall(EVENT)
+            time.sleep(0.001)
+        conn.sendall(DONE)
+        conn.close()
+
     def _json(self, conn):
         conn.sendall(b'HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{"partial": ')
         conn.close()
@@ -105,15 +114,17 @@ def proxy(tmp_path_factory):
         f.write(text)
     with open(paths.models_map, "w") as f:
         f.write(f"m {backend}\n")
-    proc = subprocess.Popen([binary, "-db", "-f", paths.config], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = open(state / "haproxy.log", "w+b")
+    proc = subprocess.Popen([binary, "-db", "-f", paths.config], stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT)
     try:
-        _await_port(port, proc)
-        yield port, upstream
+        _await_port(port, proc, log)
+        yield port, upstream, proc, log
     finally:
         proc.terminate()
         proc.wait(10)
         upstream.close()
+        log.close()
 
 
 def _free_port():
@@ -122,10 +133,15 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _await_port(port, proc):
+def _output(log):
+    log.seek(0)
+    return log.read().decode(errors="replace")
+
+
+def _await_port(port, proc, log):
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read().decode()
+        assert proc.poll() is None, _output(log)
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return
@@ -153,7 +169,7 @@ def events(body):
 
 
 def test_a_finished_stream_passes_unchanged_and_the_instance_is_asked_to_close_delimit(proxy):
-    port, upstream = proxy
+    port, upstream, _, _ = proxy
     status, _, body, clean = fetch(port, "/finish")
     assert (status, clean) == (200, True)  # the proxy ended the chunked body: a finished stream
     assert body == EVENT * 5 + DONE
@@ -161,7 +177,7 @@ def test_a_finished_stream_passes_unchanged_and_the_instance_is_asked_to_close_d
 
 
 def test_a_stream_whose_instance_dies_ends_with_an_error_event_and_done(proxy):
-    port, _ = proxy
+    port, _, _, _ = proxy
     status, _, body, clean = fetch(port, "/die")
     assert (status, clean) == (200, True)
     blocks = events(body)
@@ -172,7 +188,7 @@ def test_a_stream_whose_instance_dies_ends_with_an_error_event_and_done(proxy):
 
 
 def test_a_slow_reader_of_a_large_stream_is_never_told_of_a_loss(proxy):
-    port, _ = proxy
+    port, _, _, _ = proxy
     status, _, body, clean = fetch(port, "/large", pause=2.0)  # the proxy's buffer fills meanwhile
     assert (status, clean) == (200, True)
     assert body == EVENT * 40000 + DONE
@@ -181,14 +197,14 @@ def test_a_slow_reader_of_a_large_stream_is_never_told_of_a_loss(proxy):
 def test_a_reset_instance_is_a_cut_connection_without_an_event(proxy):
     """The guard's limit: a reset (or a timeout) is a transport error; HAProxy runs no filter then and
     cuts the client's connection, so the client sees an unfinished body, not an error event."""
-    port, _ = proxy
+    port, _, _, _ = proxy
     status, _, body, clean = fetch(port, "/reset")
     assert status == 200 and not clean
     assert b"instance_lost" not in body and DONE not in body
 
 
 def test_an_http10_client_gets_the_event_close_delimited(proxy):
-    port, _ = proxy
+    port, _, _, _ = proxy
     body = json.dumps({"model": "m", "stream": True}).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(b"POST /die HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
@@ -202,7 +218,29 @@ def test_an_http10_client_gets_the_event_close_delimited(proxy):
 
 
 def test_other_responses_are_not_touched(proxy):
-    port, _ = proxy
+    port, _, _, _ = proxy
     status, ctype, body, _ = fetch(port, "/json")
     assert (status, ctype) == (200, "application/json")
     assert body == b'{"partial": '
+
+
+def test_concurrent_streams_through_the_guard_keep_haproxy_up(proxy):
+    """1000 streams, 32 at a time, each of 100 small writes: the guard runs on both of HAProxy's threads
+    at once. Under `lua-load` (one Lua state shared by the threads) HAProxy 2.6 reported Lua stack errors
+    ("attempt to index a thread value") and aborted, resetting every client; the router now renders
+    `lua-load-per-thread`."""
+    port, _, proc, log = proxy
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda _: _fetch_or_error(port, "/burst"), range(1000)))
+    whole = sum(1 for a in answers if a == (200, True, EVENT * 100 + DONE))
+    print(f"1000 concurrent streams through the guard: {whole} whole")
+    assert whole == 1000, [a for a in answers if a != (200, True, EVENT * 100 + DONE)][:3]
+    assert proc.poll() is None and "Lua" not in _output(log), _output(log)[-2000:]
+
+
+def _fetch_or_error(port, path):
+    try:
+        status, _, body, clean = fetch(port, path)
+        return status, clean, body
+    except (OSError, http.client.HTTPException) as e:  # a reset or refused connection: HAProxy went down
+        return repr(e)
