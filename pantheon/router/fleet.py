@@ -33,6 +33,7 @@ class Instance:
     load: dict = field(default_factory=lambda: {"in_flight": 0, "queued": 0, "kv_pressure": 0.0})
     pressure: str = "OK"
     draining: bool = False
+    paused_mark: float = 0.0  # the fleet's paused_s at its last heartbeat
 
     def view(self, now):
         return {"instance": self.id, "address": self.address, "models": list(self.models),
@@ -41,11 +42,18 @@ class Instance:
 
 
 class Fleet:
-    """Instances by id. Not thread-safe: the router holds one lock around every call."""
+    """Instances by id. Not thread-safe: the router holds one lock around every call.
 
-    def __init__(self, evict_after_s):
-        self.evict_after_s = evict_after_s
+    `tick_s` is how often the router calls `evict`; a longer gap between calls is a pause of the router
+    itself (CPU starvation, a debugger, a VM migration), during which heartbeats wait unread in its
+    socket. Silence the router did not watch is no evidence against an instance, so it is not counted
+    (as a lease holder's clock is extended after its lessor was away). None counts every second."""
+
+    def __init__(self, evict_after_s, tick_s=None):
+        self.evict_after_s, self.tick_s = evict_after_s, tick_s
         self.instances = {}
+        self.paused_s = 0.0      # the router's pauses, summed
+        self._watched = None     # monotonic time of the last eviction check
 
     def register(self, body, peer, now):
         """A (re-)registration; it also ends a drain: the instance is serving again."""
@@ -66,11 +74,21 @@ class Fleet:
         return inst
 
     def evict(self, now):
-        """Remove and return every instance whose last heartbeat is older than the window."""
-        gone = [i for i in self.instances.values() if now - i.last_seen > self.evict_after_s]
+        """Remove and return every instance silent for longer than the window."""
+        self._watch(now)
+        gone = [i for i in self.instances.values() if self.silence(i, now) > self.evict_after_s]
         for inst in gone:
             del self.instances[inst.id]
         return gone
+
+    def silence(self, inst, now):
+        """Seconds since `inst`'s last heartbeat, less the router's own pauses since then."""
+        return now - inst.last_seen - (self.paused_s - inst.paused_mark)
+
+    def _watch(self, now):
+        if self.tick_s is not None and self._watched is not None and now - self._watched > 2 * self.tick_s:
+            self.paused_s += now - self._watched - self.tick_s
+        self._watched = now
 
     def forget(self, instance_id):
         self.instances.pop(instance_id, None)
@@ -103,6 +121,7 @@ class Fleet:
                 raise FleetError(f"the fleet is full ({MAX_INSTANCES} instances)", 503)
             inst = self.instances[iid] = Instance(iid, address, models, now)
         inst.address, inst.models, inst.last_seen, inst.load, inst.pressure = address, models, now, load, pressure
+        inst.paused_mark = self.paused_s
         return inst
 
 

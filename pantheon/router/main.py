@@ -26,7 +26,7 @@ class Router:
     def __init__(self, config, paths):
         self.config, self.paths = config, paths
         self.lock = threading.Lock()
-        self.fleet = Fleet(config.evict_after_s)
+        self.fleet = Fleet(config.evict_after_s, tick_interval(config))
         self.proxy = ProxyProcess(config.haproxy, paths, self._proxy_restarted, log)
         self.programmer = Programmer(self.proxy.api, paths.models_map, config.max_models, config.heartbeat_s)
 
@@ -90,6 +90,11 @@ class Router:
                     "instances": len(self.fleet.instances), "models": list(models)}
 
 
+def tick_interval(config):
+    """Seconds between the router's eviction checks: at least two per heartbeat interval."""
+    return min(0.25, config.heartbeat_s / 2)
+
+
 def _instance_known(fleet, body):
     return isinstance(body, dict) and body.get("instance") in fleet.instances
 
@@ -118,7 +123,7 @@ def serve(config):
         threading.Thread(target=control.serve_forever, name="control", daemon=True).start()
         router.proxy.start()
         log(f"listening on http://{config.host}:{port} (control plane on 127.0.0.1:{config.control_port})")
-        while not stop.wait(min(0.25, config.heartbeat_s / 2)):
+        while not stop.wait(tick_interval(config)):
             router.tick()
         return 0
     finally:

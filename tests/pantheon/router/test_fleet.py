@@ -30,6 +30,27 @@ def test_eviction_after_the_window_only():
     assert fleet.models() == {}
 
 
+def test_a_pause_of_the_router_is_not_silence_of_its_instances():
+    fleet = Fleet(3.0, tick_s=0.25)
+    fleet.register(body("h1:1"), None, 0.0)
+    fleet.register(body("h2:1"), None, 0.0)
+    assert fleet.evict(0.25) == [] and fleet.evict(0.5) == []
+    fleet.heartbeat(body("h2:1"), None, 0.6)
+    assert fleet.evict(10.5) == []  # the router was away 10 s: no one's heartbeat could be read
+    assert fleet.silence(fleet.instances["h1:1"], 10.5) == pytest.approx(0.75)
+    fleet.heartbeat(body("h1:1"), None, 10.6)  # it was waiting in the router's socket
+    evicted = {i.id: t for t in [10.5 + 0.25 * k for k in range(1, 20)] for i in fleet.evict(t)}
+    # h2: 0.15 s watched before the pause, then 3 s more; h1: 3 s after its late heartbeat
+    assert evicted == {"h2:1": 13.5, "h1:1": 13.75}
+
+
+def test_a_router_that_ticks_on_time_counts_every_second():
+    fleet = Fleet(3.0, tick_s=0.25)
+    fleet.register(body("h1:1"), None, 0.0)
+    evicted = {i.id: t for t in [0.25 * k for k in range(1, 20)] for i in fleet.evict(t)}
+    assert evicted == {"h1:1": 3.25} and fleet.paused_s == 0.0
+
+
 def test_deregister_drains_and_register_undoes_it():
     fleet = Fleet(3.0)
     fleet.register(body("h1:1"), None, 0.0)
