@@ -22,7 +22,9 @@ class Server:
     name: str
     address: str
     weight: int
-    state: str = "ready"      # ready | draining (maint, sessions finishing) | removing (instance gone)
+    # ready | draining (the instance deregistered: its sessions finish) | retired (a live instance dropped
+    # the model: its sessions finish while it lives) | removing (the instance is gone)
+    state: str = "ready"
 
 
 def weight_of(inst):
@@ -46,14 +48,16 @@ class Programmer:
         self.servers = {}    # (model, instance id) -> Server
 
     def reconcile(self, fleet):
-        """Add servers for new (model, instance) pairs, drain deregistered ones, remove evicted ones,
-        update weights, keep the model map to models with a ready server. Returns the errors met."""
+        """Add servers for new (model, instance) pairs, drain deregistered ones, retire the models a live
+        instance dropped, remove evicted ones, update weights, keep the model map to models with a ready
+        server. Returns the errors met."""
         errors = []
         wanted = {(m, i.id): i for i in fleet.instances.values() for m in i.models}
         for key, inst in wanted.items():
             errors += self._guard(self._apply, key, inst)
         for key in [k for k in self.servers if k not in wanted]:
-            errors += self._guard(self._remove, key)
+            alive = key[1] in fleet.instances
+            errors += self._guard(self._retire if alive else self._remove, key)
         errors += self._guard(self._sync_map)
         for key in [k for k, s in self.servers.items() if s.state != "ready"]:
             errors += self._guard(self._try_delete, key)
@@ -80,9 +84,9 @@ class Programmer:
             if not inst.draining:
                 self._add(key, inst)
             return
-        if inst.draining and srv.state == "ready":
+        if inst.draining and srv.state in ("ready", "retired"):
             self._drain(srv)
-        elif not inst.draining and srv.state == "draining":
+        elif not inst.draining and srv.state in ("draining", "retired"):
             self.api.checked(f"set server {srv.backend}/{srv.name} state ready")
             srv.state = "ready"
         weight = weight_of(inst)
@@ -108,11 +112,20 @@ class Programmer:
         self.api.checked(f"set server {srv.backend}/{srv.name} state maint")
         srv.state = "draining"
 
-    def _remove(self, key):
-        """The instance is gone (evicted) or no longer serves the model: stop its traffic now. A draining
-        server stopped heartbeating on purpose: its open streams finish before it is deleted."""
+    def _retire(self, key):
+        """A live instance no longer lists the model (unloaded, or its dies are restarting): no new
+        requests, but the ones it holds are its own to finish or to end with an error, as a worker's
+        crash is; cutting them would undo its retries."""
         srv = self.servers[key]
-        if srv.state != "ready":
+        if srv.state == "ready":
+            self.api.checked(f"set server {srv.backend}/{srv.name} state maint")
+            srv.state = "retired"
+
+    def _remove(self, key):
+        """The instance is gone (evicted): stop its traffic now. A draining server stopped heartbeating
+        on purpose: its open streams finish before it is deleted."""
+        srv = self.servers[key]
+        if srv.state in ("draining", "removing"):
             return
         self.api.checked(f"set server {srv.backend}/{srv.name} state maint")
         self.api.checked(f"shutdown sessions server {srv.backend}/{srv.name}")
