@@ -44,7 +44,10 @@ class Registrar:
 
     def _loop(self):
         while not self._stop.is_set():
-            self._beat()
+            try:
+                self._beat()
+            except Exception as e:  # noqa: BLE001 - a dead heartbeat thread gets the live instance evicted
+                self.log(f"heartbeat skipped: {type(e).__name__}: {e}")
             self._stop.wait(self.interval)
 
     def _beat(self):
