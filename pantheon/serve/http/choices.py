@@ -6,7 +6,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from pantheon.serve.http import logprobs as shapes_lp
+from pantheon.serve.http import logprobs as shapes_lp, timings
 from pantheon.serve.http.backend import Finished
 
 _END = object()
@@ -68,15 +68,25 @@ def chunks(env, choice):
         yield env.chunk(choice.echo, index=i)
     for text in choice.gen.pieces():
         if choice.output is None:
-            yield env.chunk(text, index=i, logprobs=choice.new_logprobs(chat))
+            yield _timed(env, choice, env.chunk(text, index=i, logprobs=choice.new_logprobs(chat)))
             continue
         for delta in choice.output.push(text):
-            yield env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat))
+            yield _timed(env, choice, env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat)))
     if choice.output is not None:
         for delta in choice.output.finish():
-            yield env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat))
+            yield _timed(env, choice, env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat)))
     if choice.gen.finish_reason != "abort":
-        yield env.chunk(None if chat else "", choice.reason, index=i, logprobs=choice.new_logprobs(chat))
+        last = env.chunk(None if chat else "", choice.reason, index=i, logprobs=choice.new_logprobs(chat))
+        if not env.include_usage:  # as llama-server: the timings ride the usage chunk when there is one
+            last["timings"] = timings.final([choice.gen])
+        yield last
+
+
+def _timed(env, choice, chunk):
+    """With llama-server's timings_per_token, a chunk carries its choice's timings so far."""
+    if env.timings_per_token:
+        chunk["timings"] = timings.partial(choice.gen)
+    return chunk
 
 
 def merged(sources):

@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from pantheon.serve.http import chat_plan, choices, json_body, sse, validate
+from pantheon.serve.http import chat_plan, choices, json_body, sse, timings, validate
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
@@ -108,7 +108,8 @@ class _GenerateResource:
         replica = getattr(picks[0].gen.stream, "replica", None)
         if replica:
             resp.set_header("X-Pantheon-Replica", replica)  # which die runs it: for operators and tests
-        env = Envelope(self.chat, served.name, self.options.fingerprint, parsed.stream and parsed.include_usage)
+        env = Envelope(self.chat, served.name, self.options.fingerprint, parsed.stream and parsed.include_usage,
+                       parsed.timings_per_token)
         if parsed.stream:
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)
@@ -119,7 +120,8 @@ class _GenerateResource:
             finally:
                 for c in picks:
                     c.gen.cancel()  # a no-op for those that ended; the others must not run on unread
-            resp.media = env.body(bodies, total_usage(c.gen.usage for c in picks))
+            resp.media = dict(env.body(bodies, total_usage(c.gen.usage for c in picks)),
+                              timings=timings.final(c.gen for c in picks))
 
     def _start(self, req, served, parsed, started):
         """Build every prompt first (a bad one starts nothing), then start one generation per prompt, split
@@ -158,7 +160,8 @@ class _GenerateResource:
         if any(c.gen.finish_reason == "abort" for c in picks):
             return
         if env.include_usage:
-            yield sse.event(env.usage_chunk(total_usage(c.gen.usage for c in picks)))
+            yield sse.event(dict(env.usage_chunk(total_usage(c.gen.usage for c in picks)),
+                                 timings=timings.final(c.gen for c in picks)))
         yield sse.DONE
 
 

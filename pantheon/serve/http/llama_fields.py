@@ -79,7 +79,8 @@ SETTINGS = {"mirostat_tau": number, "mirostat_eta": number, "dry_base": number, 
 # nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
 # prompt that does not fit is refused rather than shifted.
 EXTRAS = dict(UNSUPPORTED, **SETTINGS, samplers=sampler_order.samplers, n_predict=n_predict, ignore_eos=boolean,
-              cache_prompt=boolean, id_slot=integer, n_keep=integer, grammar=string, json_schema=json_object)
+              cache_prompt=boolean, id_slot=integer, n_keep=integer, grammar=string, json_schema=json_object,
+              timings_per_token=boolean)
 
 
 def compiled_grammar(values):

@@ -3,7 +3,7 @@
 import time
 
 from pantheon import __version__
-from pantheon.serve.http import chat_plan, choices, json_body, llama_fields, sampler_order, sse, validate
+from pantheon.serve.http import chat_plan, choices, json_body, llama_fields, sampler_order, sse, timings, validate
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_request, resolve
 from pantheon.serve.http.disconnect import disconnect_check
@@ -76,7 +76,7 @@ SAMPLING = {"temperature": number, "top_k": integer, "top_p": number,
             "presence_penalty": number, "frequency_penalty": number, "seed": native_seed,
             "logit_bias": native_bias}
 COMPLETION = dict(SAMPLING, **llama_fields.EXTRAS, model=string, prompt=native_prompt, max_tokens=positive,
-                  stop=validate.stop, stream=boolean, return_tokens=boolean, timings_per_token=boolean,
+                  stop=validate.stop, stream=boolean, return_tokens=boolean,
                   n_probs=n_probs)
 INFILL = dict(COMPLETION, input_prefix=string, input_suffix=string, input_extra=extra_chunks)
 # llama-server reads a whole chat request here (clients send the body they would send to chat): every
@@ -198,14 +198,19 @@ class _Reply:
     def events(self):
         try:
             for text in self.gen.pieces():
-                yield sse.event(self._probabilities({"index": self.index, "content": text, "tokens": [], "stop": False,
-                                                     "id_slot": -1, "tokens_predicted": self.gen.tokens,
-                                                     "tokens_evaluated": len(self.ids)}))
+                yield sse.event(self._partial(text))
         except BackendError as exc:
             yield sse.event(error_body(str(exc), exc.type, exc.code))
             return
         if self.gen.finish_reason != "abort":
             yield sse.event(self.final(""))
+
+    def _partial(self, text):
+        out = {"index": self.index, "content": text, "tokens": [], "stop": False, "id_slot": -1,
+               "tokens_predicted": self.gen.tokens, "tokens_evaluated": len(self.ids)}
+        if self.body.get("timings_per_token"):
+            out["timings"] = timings.partial(self.gen)
+        return self._probabilities(out)
 
     def _probabilities(self, out):
         """`out` with completion_probabilities of the tokens not yet sent, when n_probs asked for them."""
@@ -224,26 +229,12 @@ class _Reply:
                "tokens_cached": usage["prompt_tokens_details"]["cached_tokens"],
                "generation_settings": _settings(self.served, self.body), "prompt": self._prompt_text(),
                "has_new_line": "\n" in text, "truncated": False, "stop_type": stop_type,
-               "stopping_word": matched or "", "timings": self._timings()}
+               "stopping_word": matched or "", "timings": timings.final([gen])}
         return self._probabilities(out)
 
     def _prompt_text(self):
         prompt = self.body.get("prompt", "")
         return prompt if isinstance(prompt, str) else self.served.tokenizer.decode(self.ids, special=True)
-
-    def _timings(self):
-        gen, usage = self.gen, self.gen.usage
-        first = gen.first_at or time.perf_counter()
-        end = gen.ended_at or time.perf_counter()
-        cached = usage["prompt_tokens_details"]["cached_tokens"]
-        prompt_n = usage["prompt_tokens"] - cached
-        return dict(cache_n=cached, **_rate("prompt", prompt_n, (first - self.started) * 1000),
-                    **_rate("predicted", usage["completion_tokens"], (end - first) * 1000))
-
-
-def _rate(kind, n, ms):
-    return {f"{kind}_n": n, f"{kind}_ms": ms, f"{kind}_per_token_ms": ms / n if n else 0.0,
-            f"{kind}_per_second": n * 1000.0 / ms if ms > 0 and n else 0.0}
 
 
 def _settings(served, body):

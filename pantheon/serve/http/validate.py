@@ -44,6 +44,7 @@ class Parsed:
     n: int = 1  # choices per prompt, sampled from one prompt prefill
     grammar: Optional[str] = None  # compiled llama-server `grammar` or `json_schema` the answer follows
     ignore_eos: bool = False  # llama-server's: the end-of-generation tokens are banned
+    timings_per_token: bool = False  # llama-server's: every stream chunk carries the timings so far
 
 
 
@@ -340,4 +341,5 @@ def _parsed(values):
                   reasoning_format=values.get("reasoning_format"),
                   template_kwargs=values.get("chat_template_kwargs", {}),
                   response_format=values.get("response_format"), echo=values.get("echo", False),
-                  n=values.get("n", 1), ignore_eos=values.get("ignore_eos", False))
+                  n=values.get("n", 1), ignore_eos=values.get("ignore_eos", False),
+                  timings_per_token=values.get("timings_per_token", False))

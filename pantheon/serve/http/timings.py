@@ -1,0 +1,35 @@
+"""llama-server's `timings` object: prompt and generation counts, times and rates of a response's generations."""
+
+import time
+
+
+def final(gens):
+    """The whole object for ended generations (one choice, or every choice of a response): prompt time
+    runs from the request's start to the first token of any of them, generation time from there to the
+    last end. Choices after the first of a prompt count no prompt tokens (Generation.usage)."""
+    gens = list(gens)
+    now = time.perf_counter()
+    started = min(g.started for g in gens)
+    first = min((g.first_at for g in gens if g.first_at is not None), default=now)
+    end = max((g.ended_at or now for g in gens), default=now)
+    cached = sum(g.usage["prompt_tokens_details"]["cached_tokens"] for g in gens)
+    prompt = sum(g.usage["prompt_tokens"] for g in gens) - cached
+    predicted = sum(g.usage["completion_tokens"] for g in gens)
+    return dict(cache_n=cached, **_rate("prompt", prompt, (first - started) * 1000),
+                **_rate("predicted", predicted, (end - first) * 1000))
+
+
+def partial(gen):
+    """What a stream chunk can tell while `gen` runs (llama-server's timings_per_token): the generation
+    so far and the time to its first token. The prompt and cache counts reach this process with the
+    end of the stream, so they are left to the last chunk's `final` object rather than guessed."""
+    now = time.perf_counter()
+    first = gen.first_at or now
+    out = _rate("predicted", gen.tokens, (now - first) * 1000)
+    out["prompt_ms"] = (first - gen.started) * 1000
+    return out
+
+
+def _rate(kind, n, ms):
+    return {f"{kind}_n": n, f"{kind}_ms": ms, f"{kind}_per_token_ms": ms / n if n else 0.0,
+            f"{kind}_per_second": n * 1000.0 / ms if ms > 0 and n else 0.0}
