@@ -76,8 +76,7 @@ SAMPLING = {"temperature": number, "top_k": integer, "top_p": number,
             "presence_penalty": number, "frequency_penalty": number, "seed": native_seed,
             "logit_bias": native_bias}
 COMPLETION = dict(SAMPLING, **llama_fields.EXTRAS, model=string, prompt=native_prompt, max_tokens=positive,
-                  stop=validate.stop, stream=boolean, return_tokens=boolean,
-                  n_probs=n_probs)
+                  stop=validate.stop, stream=boolean, return_tokens=boolean, n_probs=n_probs)
 INFILL = dict(COMPLETION, input_prefix=string, input_suffix=string, input_extra=extra_chunks)
 # llama-server reads a whole chat request here (clients send the body they would send to chat): every
 # chat field is checked, and those that only shape generation change nothing in the prompt.
@@ -125,7 +124,7 @@ class NativeCompletion:
                 gen = Generation(self.backend.generate(request), served.tokenizer, b.get("stop", ()),
                                  disconnect_check(req.env), self.options.recorder, served.name, started,
                                  self.options.watch)
-                replies.append(_Reply(served, b, list(request.prompt), gen, started, spell, i))
+                replies.append(_Reply(served, b, list(request.prompt), gen, spell, i))
         except BaseException:
             for r in replies:
                 r.gen.cancel()
@@ -190,8 +189,8 @@ def _request(served, body, ids, session, default_max_tokens, grammar):
 class _Reply:
     """llama-server's response objects for one generation."""
 
-    def __init__(self, served, body, ids, gen, started, spell=None, index=0):
-        self.served, self.body, self.ids, self.gen, self.started = served, body, ids, gen, started
+    def __init__(self, served, body, ids, gen, spell=None, index=0):
+        self.served, self.body, self.ids, self.gen = served, body, ids, gen  # gen.started: the request's start
         self.spell, self._sent = spell, 0  # with n_probs: token spellings, and the probabilities sent
         self.index = index  # the prompt's place in a list of prompts
 
