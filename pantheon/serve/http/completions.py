@@ -138,7 +138,8 @@ class _GenerateResource:
                 streams = choices.split(self.backend.generate(request), request.n)
                 for k, stream in enumerate(streams):
                     gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env),
-                                     self.options.recorder, served.name, started, self.options.watch)
+                                     self.options.recorder, served.name, started, self.options.watch,
+                                     parsed.predict_limit)
                     output = plan.output if k == 0 else copy.deepcopy(plan.output)  # a parser per choice
                     picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell))
         except BaseException:

@@ -8,6 +8,8 @@ from pantheon.serve.http.errors import RequestError
 F32_MAX = 3.4028234663852886e38   # the largest finite float32: the sampler computes in float32
 F32_TINY = 1.1754943508222875e-38  # the smallest normal float32: a divisor below it overflows
 INT32_MAX = 2**31 - 1              # token ids, top_k, repeat_last_n and max_tokens cross the ring as int32
+MAX_TOP_LOGPROBS = 20              # alternatives per token (OpenAI's chat limit; vLLM's on completions too)
+MAX_CHOICES = 128                  # OpenAI's bound on n; a model's own (its --batch-slots) is checked later
 _SHOWN = 80                        # characters of an offending value quoted in an error message
 
 

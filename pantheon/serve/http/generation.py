@@ -13,14 +13,17 @@ class Generation:
 
     finish_reason: "stop" (stop token or stop string), "length", or "abort" when the client went
     away (`gone()` turned true) or the consumer closed the iterator; the stream is then cancelled.
+    `predict_limit` (seconds, llama-server's t_max_predict_ms): once that long has passed since the
+    first token, the generation ends ("length") at the next token whose text holds a newline, so a
+    code completion stops on a whole line.
     """
 
     def __init__(self, stream, tokenizer, stops=(), gone=None, recorder=None, model="",
-                 started=None, watch=None):
+                 started=None, watch=None, predict_limit=None):
         self.stream, self.gone, self.recorder, self.model = stream, gone, recorder, model
         self.detok, self.stops = Detokenizer(tokenizer), StopMatcher(stops)
         self.started = time.perf_counter() if started is None else started
-        self.watch = watch
+        self.watch, self.predict_limit = watch, predict_limit
         self.finish_reason = None
         self.usage = usage()
         self.tokens = 0
@@ -31,6 +34,7 @@ class Generation:
         self._chars = 0
         self.first_at = self.ended_at = None  # perf_counter of the first token and of the end
         self._last = None
+        self._newline = False  # the last Tokens event's text held a newline
 
     def pieces(self):
         """Non-empty text pieces, safe to send (no partial stop string, no partial character)."""
@@ -59,7 +63,13 @@ class Generation:
                 if text:
                     yield text
                 if self.stops.matched is not None:
-                    self._end_at_stop_string()
+                    self._drain("stop")
+                    return
+                if self._past_limit():
+                    text = self.stops.push(self.detok.flush()) + self.stops.flush()
+                    if text:
+                        yield text
+                    self._drain("length")
                     return
             elif isinstance(event, Finished):
                 text = self._finish(event)
@@ -79,7 +89,10 @@ class Generation:
         self.tokens += len(event.ids)
         self.token_ids += event.ids
         if not event.logprobs:
-            return self.stops.push(self.detok.push_many(event.ids))
+            text = self.detok.push_many(event.ids)
+            self._newline = "\n" in text
+            return self.stops.push(text)
+        self._newline = False
         return "".join(self._scored(tid, score) for tid, score in zip(event.ids, event.logprobs))
 
     def _scored(self, tid, score):
@@ -90,11 +103,16 @@ class Generation:
         self.offsets.append(self._chars)
         text = self.detok.push(tid)
         self._chars += len(text)
+        self._newline = self._newline or "\n" in text
         return self.stops.push(text)
 
-    def _end_at_stop_string(self):
+    def _past_limit(self):
+        return (self.predict_limit is not None and self._newline
+                and self._last - self.first_at > self.predict_limit)
+
+    def _drain(self, reason):
         """Cancel the rest, but wait for the backend's Finished: it knows the prompt and cache counts."""
-        self.finish_reason = "stop"
+        self.finish_reason = reason
         self.stream.cancel()
         for event in self.stream:
             if isinstance(event, Finished):

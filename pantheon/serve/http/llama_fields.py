@@ -4,7 +4,7 @@ import json
 
 from pantheon.errors import InvalidParameter
 from pantheon.serve.http import sampler_order
-from pantheon.serve.http.field_types import bad, boolean, integer, number, show, string
+from pantheon.serve.http.field_types import MAX_CHOICES, MAX_TOP_LOGPROBS, bad, boolean, integer, number, show, string
 from pantheon.text import grammar as grammars
 
 
@@ -59,6 +59,16 @@ def keep_one(name, v):
     return v
 
 
+def n_probs(name, v):
+    """0 (none) up to MAX_TOP_LOGPROBS alternatives per token (llama-server allows more)."""
+    return integer(name, v, 0, MAX_TOP_LOGPROBS)
+
+
+def per_prompt(name, v):
+    """Completions per prompt: OpenAI's `n`, llama-server's `n_cmpl` (a limit per model comes later)."""
+    return integer(name, v, 1, MAX_CHOICES)
+
+
 def strings(name, v):
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise bad(name, "expected a list of strings")
@@ -77,10 +87,12 @@ SETTINGS = {"mirostat_tau": number, "mirostat_eta": number, "dry_base": number, 
             "dynatemp_exponent": number}
 # What a llama-server client sends to any generation route. cache_prompt, id_slot and n_keep change
 # nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
-# prompt that does not fit is refused rather than shifted.
+# prompt that does not fit is refused rather than shifted. return_tokens shapes only /completion's
+# answer: the OpenAI routes have no place for token ids (llama-server ignores it there too).
 EXTRAS = dict(UNSUPPORTED, **SETTINGS, samplers=sampler_order.samplers, n_predict=n_predict, ignore_eos=boolean,
               cache_prompt=boolean, id_slot=integer, n_keep=integer, grammar=string, json_schema=json_object,
-              timings_per_token=boolean)
+              timings_per_token=boolean, t_max_predict_ms=integer, n_probs=n_probs, n_cmpl=per_prompt,
+              return_tokens=boolean)
 
 
 def compiled_grammar(values):
@@ -101,3 +113,17 @@ def compiled_grammar(values):
 def generation_limit(values, *names):
     """llama-server's order: n_predict wins over the OpenAI names (-1: until the context is full)."""
     return next((values[n] for n in ("n_predict",) + names if values.get(n) is not None), None)
+
+
+def choice_count(values):
+    """n_cmpl or its alias n (1 when neither is given); both, disagreeing, is a 400."""
+    n, n_cmpl = values.get("n"), values.get("n_cmpl")
+    if n is not None and n_cmpl is not None and n != n_cmpl:
+        raise bad("n_cmpl", f"n_cmpl ({n_cmpl}) and its alias n ({n}) disagree; send one", "invalid_value")
+    return n_cmpl or n or 1
+
+
+def predict_limit(values):
+    """t_max_predict_ms in seconds, or None: llama-server's 0 and -1 (any value <= 0) leave it off."""
+    ms = values.get("t_max_predict_ms") or 0
+    return ms / 1000 if ms > 0 else None

@@ -38,11 +38,6 @@ def native_bias(name, v):
     return out
 
 
-def n_probs(name, v):
-    """0 (none) up to validate.MAX_TOP_LOGPROBS alternatives per token (llama-server allows more)."""
-    return integer(name, v, 0, validate.MAX_TOP_LOGPROBS)
-
-
 def _one_prompt(v):
     return isinstance(v, str) or (isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool)
                                                                           for t in v))
@@ -76,7 +71,7 @@ SAMPLING = {"temperature": number, "top_k": integer, "top_p": number,
             "presence_penalty": number, "frequency_penalty": number, "seed": native_seed,
             "logit_bias": native_bias}
 COMPLETION = dict(SAMPLING, **llama_fields.EXTRAS, model=string, prompt=native_prompt, max_tokens=positive,
-                  stop=validate.stop, stream=boolean, return_tokens=boolean, n_probs=n_probs)
+                  stop=validate.stop, stream=boolean, n=llama_fields.per_prompt)
 INFILL = dict(COMPLETION, input_prefix=string, input_suffix=string, input_extra=extra_chunks)
 # llama-server reads a whole chat request here (clients send the body they would send to chat): every
 # chat field is checked, and those that only shape generation change nothing in the prompt.
@@ -109,22 +104,24 @@ class NativeCompletion:
         finally:
             for gen in gens:
                 gen.cancel()  # a no-op for those that ended
-        resp.media = out if several(body.get("prompt")) else out[0]
+        resp.media = out if len(out) > 1 or several(body.get("prompt")) else out[0]
 
     def _start(self, req, served, bodies, started):
-        """A _Reply per prompt; every prompt is checked before any generation starts."""
+        """A _Reply per prompt and completion (n_cmpl of them per prompt, numbered prompt x n_cmpl + k, as
+        llama-server orders them); every prompt is checked before any generation starts."""
         session = req.get_header(SESSION_HEADER)
         grammar = llama_fields.compiled_grammar(bodies[0])  # the same for every prompt of the list
         requests = [_request(served, b, self.prompt_ids(served, b), session, self.options.default_max_tokens,
                              grammar) for b in bodies]
         spell = TokenText(served.tokenizer) if bodies[0].get("n_probs") else None
+        limit = llama_fields.predict_limit(bodies[0])
         replies = []
         try:
             for i, (b, request) in enumerate(zip(bodies, requests)):
-                gen = Generation(self.backend.generate(request), served.tokenizer, b.get("stop", ()),
-                                 disconnect_check(req.env), self.options.recorder, served.name, started,
-                                 self.options.watch)
-                replies.append(_Reply(served, b, list(request.prompt), gen, spell, i))
+                for k, stream in enumerate(choices.split(self.backend.generate(request), request.n)):
+                    gen = Generation(stream, served.tokenizer, b.get("stop", ()), disconnect_check(req.env),
+                                     self.options.recorder, served.name, started, self.options.watch, limit)
+                    replies.append(_Reply(served, b, list(request.prompt), gen, spell, i * request.n + k))
         except BaseException:
             for r in replies:
                 r.gen.cancel()
@@ -180,7 +177,8 @@ def _request(served, body, ids, session, default_max_tokens, grammar):
     parsed = validate.Parsed(max_tokens=llama_fields.generation_limit(body, "max_tokens"),
                              sampling=sampler_order.apply({k: body[k] for k in SAMPLING if body.get(k) is not None},
                                                           body.get("samplers")),
-                             logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False))
+                             logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False),
+                             n=llama_fields.choice_count(body))
     if not ids:
         raise bad("prompt", "tokenizes to no tokens at all", "invalid_value")
     return generation_request(served, parsed, ids, session, default_max_tokens, grammar)
@@ -192,6 +190,7 @@ class _Reply:
     def __init__(self, served, body, ids, gen, spell=None, index=0):
         self.served, self.body, self.ids, self.gen = served, body, ids, gen  # gen.started: the request's start
         self.spell, self._sent = spell, 0  # with n_probs: token spellings, and the probabilities sent
+        self._ids_sent = 0  # with return_tokens: the generated ids already sent in stream chunks
         self.index = index  # the prompt's place in a list of prompts
 
     def events(self):
@@ -205,11 +204,18 @@ class _Reply:
             yield sse.event(self.final(""))
 
     def _partial(self, text):
-        out = {"index": self.index, "content": text, "tokens": [], "stop": False, "id_slot": -1,
+        out = {"index": self.index, "content": text, "tokens": self._new_ids(), "stop": False, "id_slot": -1,
                "tokens_predicted": self.gen.tokens, "tokens_evaluated": len(self.ids)}
         if self.body.get("timings_per_token"):
             out["timings"] = timings.partial(self.gen)
         return self._probabilities(out)
+
+    def _new_ids(self):
+        """With return_tokens, the ids generated since the last chunk (all of them in a whole answer)."""
+        if not self.body.get("return_tokens"):
+            return []
+        ids, self._ids_sent = self.gen.token_ids[self._ids_sent:], len(self.gen.token_ids)
+        return ids
 
     def _probabilities(self, out):
         """`out` with completion_probabilities of the tokens not yet sent, when n_probs asked for them."""
@@ -222,7 +228,7 @@ class _Reply:
         gen, usage = self.gen, self.gen.usage
         matched = gen.stops.matched
         stop_type = "word" if matched else {"length": "limit"}.get(gen.finish_reason, "eos")
-        out = {"index": self.index, "content": text, "tokens": gen.token_ids if self.body.get("return_tokens") else [],
+        out = {"index": self.index, "content": text, "tokens": self._new_ids(),
                "id_slot": -1, "stop": True, "model": self.served.name,
                "tokens_predicted": usage["completion_tokens"], "tokens_evaluated": usage["prompt_tokens"],
                "tokens_cached": usage["prompt_tokens_details"]["cached_tokens"],
@@ -239,7 +245,8 @@ class _Reply:
 def _settings(served, body):
     defaults = SamplingParams()
     params = {k: getattr(defaults, k) for k in SAMPLING if k not in ("logit_bias", "seed")}
-    params.update({k: body[k] for k in SAMPLING if k in body and k != "logit_bias"})
+    applied = sampler_order.apply({k: body[k] for k in SAMPLING if k in body}, body.get("samplers"))
+    params.update({k: v for k, v in applied.items() if k != "logit_bias"})  # what runs, samplers applied
     return {"n_ctx": served.n_ctx, "model": served.name, **params}
 
 

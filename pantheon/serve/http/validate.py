@@ -7,15 +7,14 @@ from typing import Optional
 
 from pantheon.serve.http import llama_fields, sampler_order
 from pantheon.serve.http.errors import RequestError
-from pantheon.serve.http.field_types import (INT32_MAX, bad, boolean, divisor, integer, last_n, number, positive,
-                                             seed, show, string, top_k)
+from pantheon.serve.http.field_types import (INT32_MAX, MAX_TOP_LOGPROBS, bad, boolean, divisor, integer, last_n,
+                                             number, positive, seed, show, string, top_k)
 
 MAX_STOPS = 32  # OpenAI takes 4; llama-server and vLLM any number, and their chat UIs send a dozen
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "reasoning_content"}
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
                    "presence_penalty", "frequency_penalty", "logit_bias", "seed")
-MAX_TOP_LOGPROBS = 20              # alternatives per token (OpenAI's chat limit; vLLM's on completions too)
 MAX_PROMPTS = 16                   # prompts in one /v1/completions request: each runs as its own generation
 _TOKEN_KEY = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²".isdigit() is true but int("²") fails
 
@@ -45,6 +44,7 @@ class Parsed:
     grammar: Optional[str] = None  # compiled llama-server `grammar` or `json_schema` the answer follows
     ignore_eos: bool = False  # llama-server's: the end-of-generation tokens are banned
     timings_per_token: bool = False  # llama-server's: every stream chunk carries the timings so far
+    predict_limit: Optional[float] = None  # llama-server's t_max_predict_ms, in seconds: see Generation
 
 
 
@@ -70,13 +70,6 @@ def stop(name, v):
     if any(s == "" for s in stops):
         raise bad(name, "stop strings must not be empty", "invalid_value")
     return tuple(stops)
-
-
-MAX_CHOICES = 128  # OpenAI's bound on n; a model's own (its --batch-slots) is checked when it is known
-
-
-def n_choices(name, v):
-    return integer(name, v, 1, MAX_CHOICES)
 
 
 def best_of(name, v):
@@ -267,7 +260,7 @@ CHAT_LENIENT = dict(LENIENT, reasoning_effort=ignored(string), verbosity=ignored
 COMMON = {
     "model": string, "max_tokens": positive, "temperature": divisor, "top_p": number, "top_k": top_k,
     "min_p": number, "repeat_penalty": divisor, "repeat_last_n": last_n, "presence_penalty": number,
-    "frequency_penalty": number, "logit_bias": logit_bias, "seed": seed, "stop": stop, "n": n_choices,
+    "frequency_penalty": number, "logit_bias": logit_bias, "seed": seed, "stop": stop, "n": llama_fields.per_prompt,
     "stream": boolean, "stream_options": stream_options, "user": string,
 }
 CHAT = dict(COMMON, **CHAT_LENIENT, **llama_fields.EXTRAS, messages=messages, max_completion_tokens=positive,
@@ -302,15 +295,21 @@ def _grammar(values):
 
 def _logprobs(values, chat):
     """Chat: logprobs true, with top_logprobs alternatives (OpenAI refuses top_logprobs without it);
-    completions: logprobs is the number of alternatives, and cannot be combined with echo."""
-    if not chat:
-        if values.get("logprobs") is not None and values.get("echo"):
-            raise bad("logprobs", "logprobs of the echoed prompt are not computed: send echo or logprobs, "
-                      "not both", "unsupported_value")
-        return values.get("logprobs")
-    if values.get("top_logprobs") is not None and not values.get("logprobs"):
-        raise bad("top_logprobs", "requires \"logprobs\": true", "invalid_value")
-    return values.get("top_logprobs", 0) if values.get("logprobs") else None
+    completions: logprobs is the number of alternatives, and cannot be combined with echo. Without
+    them, llama-server's n_probs asks for the same (as llama-server maps it)."""
+    if chat:
+        if values.get("top_logprobs") is not None and not values.get("logprobs"):
+            raise bad("top_logprobs", "requires \"logprobs\": true", "invalid_value")
+        asked = values.get("top_logprobs", 0) if values.get("logprobs") else None
+    else:
+        asked = values.get("logprobs")
+    if asked is None and values.get("n_probs"):
+        asked = values["n_probs"]
+    if asked is not None and values.get("echo"):
+        name = "logprobs" if values.get("logprobs") is not None else "n_probs"
+        raise bad(name, f"{name} of the echoed prompt are not computed: send echo or {name}, not both",
+                  "unsupported_value")
+    return asked
 
 
 def fields(body, schema, required=()):
@@ -341,5 +340,6 @@ def _parsed(values):
                   reasoning_format=values.get("reasoning_format"),
                   template_kwargs=values.get("chat_template_kwargs", {}),
                   response_format=values.get("response_format"), echo=values.get("echo", False),
-                  n=values.get("n", 1), ignore_eos=values.get("ignore_eos", False),
-                  timings_per_token=values.get("timings_per_token", False))
+                  n=llama_fields.choice_count(values), ignore_eos=values.get("ignore_eos", False),
+                  timings_per_token=values.get("timings_per_token", False),
+                  predict_limit=llama_fields.predict_limit(values))

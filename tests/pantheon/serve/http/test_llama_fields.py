@@ -130,3 +130,43 @@ def test_the_openai_client_passes_llama_server_fields_through_extra_body(qwen):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="qwen2", messages=USER, extra_body={"mirostat": 2})
     assert err.value.body["param"] == "mirostat"
+
+
+def test_n_cmpl_is_n_and_the_two_must_agree():
+    assert chat(n_cmpl=3).n == completion(n_cmpl=3).n == 3 and chat(n=2, n_cmpl=2).n == 2 and chat().n == 1
+    for check, fields in ((chat, {"n": 2, "n_cmpl": 3}), (completion, {"n_cmpl": 0}), (chat, {"n_cmpl": 129})):
+        with pytest.raises(RequestError) as err:
+            check(**fields)
+        assert err.value.param == "n_cmpl", fields
+
+
+def test_n_probs_asks_for_logprobs_unless_the_openai_fields_do():
+    assert chat(n_probs=3).logprobs == completion(n_probs=3).logprobs == 3
+    assert chat(n_probs=0).logprobs is None and chat(logprobs=False, n_probs=2).logprobs == 2
+    assert chat(logprobs=True, top_logprobs=1, n_probs=5).logprobs == 1
+    assert completion(logprobs=0, n_probs=5).logprobs == 0
+    for check, fields in ((chat, {"n_probs": 21}), (completion, {"n_probs": 2, "echo": True})):
+        with pytest.raises(RequestError) as err:
+            check(**fields)
+        assert err.value.param == "n_probs", fields
+
+
+def test_t_max_predict_ms_is_a_limit_in_seconds_and_zero_or_less_is_none():
+    assert chat(t_max_predict_ms=250).predict_limit == 0.25 and completion(t_max_predict_ms=1).predict_limit == 0.001
+    assert chat(t_max_predict_ms=0).predict_limit is None and chat(t_max_predict_ms=-1).predict_limit is None
+    assert chat().predict_limit is None and completion(return_tokens=True).predict_limit is None
+    for value in ("100", 1.5, True):
+        with pytest.raises(RequestError) as err:
+            chat(t_max_predict_ms=value)
+        assert err.value.param == "t_max_predict_ms"
+
+
+def test_n_cmpl_n_probs_and_t_max_predict_ms_act_on_the_openai_routes(qwen):
+    body = {"messages": USER, "max_tokens": 3, "temperature": 0, "logit_bias": {str(EOS): -100}}
+    status, _, out = call(qwen.port, "POST", "/v1/chat/completions", dict(body, n_cmpl=2, n_probs=2))
+    assert status == 200 and [c["index"] for c in out["choices"]] == [0, 1], out
+    assert all(len(c["logprobs"]["content"]) == 3 for c in out["choices"])
+    assert all(len(t["top_logprobs"]) == 2 for c in out["choices"] for t in c["logprobs"]["content"])
+    status, _, out = call(qwen.port, "POST", "/v1/completions", {"prompt": "Once", "max_tokens": 3, "n_probs": 1,
+                                                                 "t_max_predict_ms": 60000, "return_tokens": True})
+    assert status == 200 and len(out["choices"][0]["logprobs"]["tokens"]) == out["usage"]["completion_tokens"]

@@ -141,3 +141,52 @@ def test_fim_prompt_is_prefix_suffix_middle_with_extra_files():
     assert ids == [1, 103, ord("x"), 10, ord("y"), 100, ord("a"), ord("b"), 101, ord("c"), 102, ord("d")]
     with pytest.raises(RequestError):
         fim_prompt(type("NoFim", (), {"token_to_id": {}}), [], "a", "b")
+
+
+def test_n_cmpl_gives_completions_per_prompt_in_prompt_order(qwen):
+    body = {"n_predict": 3, "temperature": 0, "logit_bias": NO_EOS}
+    alone = [call(qwen.port, "POST", "/completion", dict(body, prompt=p))[2]["content"]
+             for p in ("Once upon", [1, 500])]
+    status, _, out = call(qwen.port, "POST", "/completion", dict(body, prompt="Once upon", n_cmpl=2))
+    assert status == 200 and [o["index"] for o in out] == [0, 1] and [o["content"] for o in out] == [alone[0]] * 2
+    status, _, out = call(qwen.port, "POST", "/completion", dict(body, prompt=["Once upon", [1, 500]], n=2))
+    assert [o["index"] for o in out] == [0, 1, 2, 3] and [o["content"] for o in out] == [alone[0]] * 2 + [alone[1]] * 2
+    status, _, text = call(qwen.port, "POST", "/completion", dict(body, prompt="Once upon", n_cmpl=2, stream=True))
+    events = [json.loads(b[len("data: "):]) for b in text.split("\n\n") if b]
+    assert ["".join(e["content"] for e in events if e["index"] == i) for i in (0, 1)] == [alone[0]] * 2
+    for fields in ({"n_cmpl": 2, "n": 3}, {"n_cmpl": 5}):  # the fixture's model decodes at most 4 at once
+        status, _, err = call(qwen.port, "POST", "/completion", dict(body, prompt="Once", **fields))
+        assert status == 400 and err["error"]["param"] in ("n_cmpl", "n"), err
+
+
+def test_streamed_return_tokens_add_up_to_the_whole_answer(qwen):
+    body = {"prompt": "Once upon a time", "n_predict": 6, "temperature": 0, "logit_bias": NO_EOS, "return_tokens": True}
+    whole = call(qwen.port, "POST", "/completion", body)[2]["tokens"]
+    status, _, text = call(qwen.port, "POST", "/completion", dict(body, stream=True))
+    events = [json.loads(b[len("data: "):]) for b in text.split("\n\n") if b]
+    assert len(whole) == 6 and [t for e in events for t in e["tokens"]] == whole
+    assert any(e["tokens"] for e in events[:-1])  # sent as they come, not all at the end
+    events = [json.loads(b[len("data: "):]) for b in call(qwen.port, "POST", "/completion", dict(
+        body, stream=True, return_tokens=False))[2].split("\n\n") if b]
+    assert all(e["tokens"] == [] for e in events)
+
+
+def test_generation_settings_show_what_samplers_left_running(qwen):
+    body = {"prompt": "Once", "n_predict": 1, "top_k": 5, "top_p": 0.5, "temperature": 0.7}
+    settings = call(qwen.port, "POST", "/completion", body)[2]["generation_settings"]
+    assert (settings["top_k"], settings["top_p"], settings["temperature"]) == (5, 0.5, 0.7)
+    settings = call(qwen.port, "POST", "/completion", dict(body, samplers=["top_k", "temperature"]))[2][
+        "generation_settings"]
+    assert (settings["top_k"], settings["top_p"], settings["temperature"]) == (5, 1.0, 0.7)
+
+
+def test_t_max_predict_ms_ends_at_a_newline_once_the_time_is_up(qwen):
+    tok = qwen.backend.served("qwen2").tokenizer
+    newline = next(i for i in range(tok.n_vocab) if tok.token_bytes(i) == b"\n")
+    body = {"prompt": "Once", "n_predict": 40, "temperature": 0, "logit_bias": [[newline, 1e9]]}
+    out = call(qwen.port, "POST", "/completion", body)[2]
+    assert out["content"] == "\n" * 40 and out["stop_type"] == "limit"
+    out = call(qwen.port, "POST", "/completion", dict(body, t_max_predict_ms=1))[2]
+    assert out["stop_type"] == "limit" and 2 <= out["tokens_predicted"] < 40 and out["content"] == "\n" * out[
+        "tokens_predicted"]
+    assert out["timings"]["predicted_ms"] >= 1
