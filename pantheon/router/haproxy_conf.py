@@ -13,6 +13,9 @@ from pantheon.serve.settings import STREAM_END_HEADER
 GUARD_LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_guard.lua")
 SESSION_HEADER = "x-session-id"
 INSTANCE_HEADER = "X-Pantheon-Instance"
+REQUEST_ID_HEADER = "X-Request-Id"
+# A client's id that the instances would keep too (pantheon.serve.http.request_id); others are replaced
+SANE_REQUEST_ID = r"^[A-Za-z0-9._:/+=-]{1,128}$"
 
 
 def error_body(status, message, kind, code):
@@ -100,7 +103,7 @@ def _frontend(config, paths):
     lines = ["frontend edge",
              f"    bind {_bind(config.host)}:{config.port}",
              "    acl control path /v1/models /health /v1/health",
-             "    acl control path_beg /registry/ /v1/models/"]
+             "    acl control path_beg /registry/ /v1/models/"] + _request_id()
     if config.api_keys:
         lines.append(f"    acl key_ok req.hdr(authorization) -f {paths.keys}")
         lines.append(_return(401, "missing or unknown API key", "invalid_request_error", "invalid_api_key",
@@ -116,6 +119,16 @@ def _frontend(config, paths):
               f"if {{ var(txn.model),map({paths.models_map}) -m found }}",
               "    default_backend no_model"]
     return "\n".join(lines)
+
+
+def _request_id():
+    """One X-Request-Id per request, from the edge on: the instance logs and answers the id the router
+    forwarded, and the router's own answers (401, 404, 413, HAProxy's 503) carry it as well."""
+    return [f"    acl request_id_ok req.hdr({REQUEST_ID_HEADER}) -m reg {SANE_REQUEST_ID}",
+            f"    http-request set-var(txn.request_id) req.hdr({REQUEST_ID_HEADER}) if request_id_ok",
+            "    http-request set-var(txn.request_id) uuid unless request_id_ok",
+            f"    http-request set-header {REQUEST_ID_HEADER} %[var(txn.request_id)]",
+            f"    http-after-response set-header {REQUEST_ID_HEADER} %[var(txn.request_id)]"]
 
 
 def _bind(host):

@@ -6,6 +6,7 @@ and then finishes, dies (its socket closes), or is reset. The client must be tol
 
 import http.client
 import json
+import re
 import socket
 import struct
 import subprocess
@@ -244,3 +245,48 @@ def _fetch_or_error(port, path):
         return status, clean, body
     except (OSError, http.client.HTTPException) as e:  # a reset or refused connection: HAProxy went down
         return repr(e)
+
+
+def _ids(port, headers, model="m"):
+    """(the X-Request-Id the client got, the one the upstream was sent or None, the status)."""
+    sent = len(_upstream_heads)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = json.dumps({} if model is None else {"model": model})
+    conn.request("POST", "/finish", body, dict({"Content-Type": "application/json"}, **headers))
+    resp = conn.getresponse()
+    resp.read()
+    conn.close()
+    heads = _upstream_heads[sent:]
+    forwarded = [line.split(":", 1)[1].strip() for h in heads for line in h.split("\r\n")
+                 if line.lower().startswith("x-request-id:")]
+    return resp.getheader("X-Request-Id"), forwarded, resp.status
+
+
+_upstream_heads = []
+
+
+@pytest.fixture()
+def heads(proxy):
+    _upstream_heads[:] = []
+    proxy[1].headers = _upstream_heads
+    return proxy[0]
+
+
+def test_every_request_gets_one_request_id_that_the_instance_and_the_client_share(heads):
+    port = heads
+    got, forwarded, status = _ids(port, {"X-Request-Id": "trace-42/a:b"})
+    assert status == 200 and got == "trace-42/a:b" and forwarded == [got]
+    got, forwarded, _ = _ids(port, {})
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", got) and forwarded == [got]
+    assert _ids(port, {})[0] != got
+    for insane in ("has space", "x" * 129, "semi;colon"):
+        got, forwarded, _ = _ids(port, {"X-Request-Id": insane})
+        assert got != insane and len(got) == 36 and forwarded == [got], insane
+
+
+def test_the_routers_own_answers_carry_a_request_id(heads):
+    port = heads
+    got, forwarded, status = _ids(port, {"X-Request-Id": "mine-1"}, model="no-such-model")
+    assert (status, got, forwarded) == (404, "mine-1", [])
+    got, _, status = _ids(port, {}, model=None)
+    assert status == 400 and len(got) == 36
