@@ -30,7 +30,7 @@ class EngineConfig:
 class Request:
     id: int
     prompt: tuple
-    max_tokens: int = 128
+    max_tokens: int = 128  # 0: only compute the prompt into the cache (llama-server's n_predict 0)
     params: SamplingParams = field(default_factory=SamplingParams)
     stop_ids: frozenset = frozenset()
     session: Optional[str] = None
@@ -141,8 +141,8 @@ class Engine:
             raise EngineError("prompt must contain at least one token")
         if len(req.prompt) >= self.config.n_ctx:
             raise ContextOverflow(f"prompt of {len(req.prompt)} tokens leaves no room in a context of {self.config.n_ctx}")
-        if req.max_tokens < 1:
-            raise EngineError(f"max_tokens must be at least 1, got {req.max_tokens}")
+        if req.max_tokens < 0:
+            raise EngineError(f"max_tokens must be at least 0, got {req.max_tokens}")
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP:
             raise EngineError(f"logprobs must be in 0..{MAX_TOP}, got {req.logprobs}")
         if not 1 <= req.n <= self.config.max_batch:
@@ -252,7 +252,9 @@ class Engine:
             if seq.pos < len(seq.req.prompt):
                 seq.pos += len(toks)
                 self.prefilled += len(toks)
-            if last and seq.key in self.running:  # a sibling's error may have ended it this step
+            if last and seq.key in self.running and seq.req.max_tokens == 0:
+                events += self._finish(seq, "length")  # only the prompt was asked for: it is in the cache now
+            elif last and seq.key in self.running:  # a sibling's error may have ended it this step
                 for s in [seq] + self._fork(seq):
                     events += self._emit(s, row[-1]) if s.key in self.running else []
         return events

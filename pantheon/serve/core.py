@@ -19,8 +19,8 @@ def served_model(name, metadata, n_ctx, tokenizer, template=None, max_choices=1)
 def admit(served, request):
     """The checks a generation passes before any backend queues it; typed errors say which failed."""
     n, n_ctx = len(request.prompt), served.n_ctx
-    if n == 0 or request.max_tokens < 1:
-        raise EngineError(f"a generation needs a prompt token and max_tokens >= 1, "
+    if n == 0 or request.max_tokens < 0:
+        raise EngineError(f"a generation needs a prompt token and max_tokens >= 0, "
                           f"got {n} tokens and max_tokens={request.max_tokens}")
     if n + 1 > n_ctx:
         raise ContextOverBudget(f"prompt of {n} tokens leaves no room to generate in a context of {n_ctx}", n, n_ctx)

@@ -48,7 +48,7 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
         raise ContextOverBudget(f"the prompt has {n} tokens; with at least one token to generate it does "
                                 f"not fit the context of {served.n_ctx} tokens of model {served.name}", n, served.n_ctx)
     room = served.n_ctx - n
-    wanted = room if parsed.max_tokens == -1 else parsed.max_tokens or default_max_tokens or room
+    wanted = {-1: room, None: default_max_tokens or room}.get(parsed.max_tokens, parsed.max_tokens)
     sampling = SamplingParams(**_banned_eos(parsed, served.tokenizer.stop_ids))
     sampling.validate(served.tokenizer.n_vocab)
     if parsed.n > served.max_choices:
@@ -139,7 +139,7 @@ class _GenerateResource:
                 for k, stream in enumerate(streams):
                     gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env),
                                      self.options.recorder, served.name, started, self.options.watch,
-                                     parsed.predict_limit)
+                                     parsed.predict_limit, parsed.min_indent)
                     output = plan.output if k == 0 else copy.deepcopy(plan.output)  # a parser per choice
                     picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell))
         except BaseException:

@@ -4,6 +4,7 @@ import time
 
 from pantheon.text.detokenize import Detokenizer
 from pantheon.serve.http.backend import Finished, GenerationFailed, Tokens
+from pantheon.serve.http.indent import IndentLimit
 from pantheon.serve.http.shapes import usage
 from pantheon.serve.http.stops import StopMatcher
 
@@ -15,13 +16,15 @@ class Generation:
     away (`gone()` turned true) or the consumer closed the iterator; the stream is then cancelled.
     `predict_limit` (seconds, llama-server's t_max_predict_ms): once that long has passed since the
     first token, the generation ends ("length") at the next token whose text holds a newline, so a
-    code completion stops on a whole line.
+    code completion stops on a whole line. `min_indent` (llama-server's n_indent, 0 = off) ends it
+    ("length") before the first later line indented less (see IndentLimit).
     """
 
     def __init__(self, stream, tokenizer, stops=(), gone=None, recorder=None, model="",
-                 started=None, watch=None, predict_limit=None):
+                 started=None, watch=None, predict_limit=None, min_indent=0):
         self.stream, self.gone, self.recorder, self.model = stream, gone, recorder, model
         self.detok, self.stops = Detokenizer(tokenizer), StopMatcher(stops)
+        self.indent = IndentLimit(min_indent) if min_indent > 0 else None
         self.started = time.perf_counter() if started is None else started
         self.watch, self.predict_limit = watch, predict_limit
         self.finish_reason = None
@@ -59,23 +62,28 @@ class Generation:
                 self.cancel()
                 return
             if isinstance(event, Tokens):
-                text = self._text(event)
+                text, reason = self._step(event)
                 if text:
                     yield text
-                if self.stops.matched is not None:
-                    self._drain("stop")
-                    return
-                if self._past_limit():
-                    text = self.stops.push(self.detok.flush()) + self.stops.flush()
-                    if text:
-                        yield text
-                    self._drain("length")
+                if reason is not None:
+                    self._drain(reason)
                     return
             elif isinstance(event, Finished):
                 text = self._finish(event)
                 if text:
                     yield text
                 return
+
+    def _step(self, event):
+        """The text one Tokens event releases, and why the generation ends there (None: it goes on)."""
+        text = self._text(event)
+        if not (self.indent is not None and self.indent.cut) and self.stops.matched is None and self._past_limit():
+            text += self._gate(self.stops.push(self.detok.flush()) + self.stops.flush())  # all that is held
+        if self.indent is not None and self.indent.cut:
+            return text, "length"
+        if self.stops.matched is not None:
+            return text, "stop"
+        return text, "length" if self._past_limit() else None
 
     def _text(self, event):
         now = time.perf_counter()
@@ -91,20 +99,24 @@ class Generation:
         if not event.logprobs:
             text = self.detok.push_many(event.ids)
             self._newline = "\n" in text
-            return self.stops.push(text)
+            return self._gate(self.stops.push(text))
         self._newline = False
         return "".join(self._scored(tid, score) for tid, score in zip(event.ids, event.logprobs))
 
     def _scored(self, tid, score):
         """One token's safe text, recording its logprob and offset (none after a stop string matched)."""
-        if self.stops.matched is not None:
+        if self.stops.matched is not None or (self.indent is not None and self.indent.cut):
             return ""
         self.scores.append(score)
         self.offsets.append(self._chars)
         text = self.detok.push(tid)
         self._chars += len(text)
         self._newline = self._newline or "\n" in text
-        return self.stops.push(text)
+        return self._gate(self.stops.push(text))
+
+    def _gate(self, text):
+        """Text the stop strings released, cut where n_indent ends the answer."""
+        return text if self.indent is None else self.indent.push(text)
 
     def _past_limit(self):
         return (self.predict_limit is not None and self._newline
@@ -122,9 +134,10 @@ class Generation:
     def _finish(self, event):
         if event.reason == "abort":
             raise GenerationFailed("the generation was aborted by the server")
-        text = self.stops.push(self.detok.flush())
-        text += self.stops.flush()
+        text = self._gate(self.stops.push(self.detok.flush()) + self.stops.flush())
         self.finish_reason = "stop" if self.stops.matched is not None else event.reason
+        if self.indent is not None and self.indent.cut:
+            self.finish_reason = "length"
         self._account(event, event.completion_tokens)
         return text
 

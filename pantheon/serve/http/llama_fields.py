@@ -9,11 +9,12 @@ from pantheon.text import grammar as grammars
 
 
 def n_predict(name, v):
-    """-1: until the context is full; otherwise at least 1 token."""
+    """-1: until the context is full; 0: only the prompt is computed (into the prefix cache, which is
+    how llama.vim warms it); otherwise that many tokens at most."""
     v = integer(name, v)
-    if v == -1 or v >= 1:
+    if v >= -1:
         return v
-    raise bad(name, f"expected -1 or a positive count, got {v}", "invalid_value")
+    raise bad(name, f"expected -1, 0 or a positive count, got {v}", "invalid_value")
 
 
 def zero_only(name, v):
@@ -69,6 +70,11 @@ def per_prompt(name, v):
     return integer(name, v, 1, MAX_CHOICES)
 
 
+def indent(name, v):
+    """n_indent: the least indentation (spaces and tabs) of the completion's later lines; 0 = any."""
+    return integer(name, v, 0)
+
+
 def strings(name, v):
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise bad(name, "expected a list of strings")
@@ -77,7 +83,7 @@ def strings(name, v):
 
 # Samplers and options we do not run: a value that would change the output is a 400 naming the field;
 # the neutral value (what llama-server does when the field is absent) is accepted.
-UNSUPPORTED = {"typical_p": one_only, "mirostat": zero_only, "n_indent": zero_only, "dry_multiplier": zero_only,
+UNSUPPORTED = {"typical_p": one_only, "mirostat": zero_only, "dry_multiplier": zero_only,
                "xtc_probability": zero_only, "dynatemp_range": zero_only, "post_sampling_probs": false_only,
                "top_n_sigma": at_most_zero, "tfs_z": one_only, "min_keep": keep_one, "lora": null_only}
 # The settings of those samplers: they act only when the sampler is on, which the fields above refuse,
@@ -92,7 +98,7 @@ SETTINGS = {"mirostat_tau": number, "mirostat_eta": number, "dry_base": number, 
 EXTRAS = dict(UNSUPPORTED, **SETTINGS, samplers=sampler_order.samplers, n_predict=n_predict, ignore_eos=boolean,
               cache_prompt=boolean, id_slot=integer, n_keep=integer, grammar=string, json_schema=json_object,
               timings_per_token=boolean, t_max_predict_ms=integer, n_probs=n_probs, n_cmpl=per_prompt,
-              return_tokens=boolean)
+              return_tokens=boolean, n_indent=indent)
 
 
 def compiled_grammar(values):

@@ -71,7 +71,8 @@ SAMPLING = {"temperature": number, "top_k": integer, "top_p": number,
             "presence_penalty": number, "frequency_penalty": number, "seed": native_seed,
             "logit_bias": native_bias}
 COMPLETION = dict(SAMPLING, **llama_fields.EXTRAS, model=string, prompt=native_prompt, max_tokens=positive,
-                  stop=validate.stop, stream=boolean, n=llama_fields.per_prompt)
+                  stop=validate.stop, stream=boolean, n=llama_fields.per_prompt,
+                  response_fields=llama_fields.strings, t_max_prompt_ms=integer)
 INFILL = dict(COMPLETION, input_prefix=string, input_suffix=string, input_extra=extra_chunks)
 # llama-server reads a whole chat request here (clients send the body they would send to chat): every
 # chat field is checked, and those that only shape generation change nothing in the prompt.
@@ -120,7 +121,8 @@ class NativeCompletion:
             for i, (b, request) in enumerate(zip(bodies, requests)):
                 for k, stream in enumerate(choices.split(self.backend.generate(request), request.n)):
                     gen = Generation(stream, served.tokenizer, b.get("stop", ()), disconnect_check(req.env),
-                                     self.options.recorder, served.name, started, self.options.watch, limit)
+                                     self.options.recorder, served.name, started, self.options.watch, limit,
+                                     b.get("n_indent", 0))
                     replies.append(_Reply(served, b, list(request.prompt), gen, spell, i * request.n + k))
         except BaseException:
             for r in replies:
@@ -235,11 +237,27 @@ class _Reply:
                "generation_settings": _settings(self.served, self.body), "prompt": self._prompt_text(),
                "has_new_line": "\n" in text, "truncated": False, "stop_type": stop_type,
                "stopping_word": matched or "", "timings": timings.final([gen])}
-        return self._probabilities(out)
+        out = self._probabilities(out)
+        return out if self.body.get("response_fields") is None else picked(out, self.body["response_fields"])
 
     def _prompt_text(self):
         prompt = self.body.get("prompt", "")
         return prompt if isinstance(prompt, str) else self.served.tokenizer.decode(self.ids, special=True)
+
+
+def picked(out, paths):
+    """llama-server's response_fields: only the fields named, a/b naming out["a"]["b"] (kept under the key
+    "a/b"); a path that names nothing is left out."""
+    kept = {}
+    for path in paths:
+        value = out
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            kept[path] = value
+    return kept
 
 
 def _settings(served, body):

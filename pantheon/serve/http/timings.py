@@ -10,8 +10,8 @@ def final(gens):
     gens = list(gens)
     now = time.perf_counter()
     started = min(g.started for g in gens)
-    first = min((g.first_at for g in gens if g.first_at is not None), default=now)
     end = max((g.ended_at or now for g in gens), default=now)
+    first = min((g.first_at for g in gens if g.first_at is not None), default=end)  # no token: all prompt
     cached = sum(g.usage["prompt_tokens_details"]["cached_tokens"] for g in gens)
     prompt = sum(g.usage["prompt_tokens"] for g in gens) - cached
     predicted = sum(g.usage["completion_tokens"] for g in gens)

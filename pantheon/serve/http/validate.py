@@ -45,6 +45,7 @@ class Parsed:
     ignore_eos: bool = False  # llama-server's: the end-of-generation tokens are banned
     timings_per_token: bool = False  # llama-server's: every stream chunk carries the timings so far
     predict_limit: Optional[float] = None  # llama-server's t_max_predict_ms, in seconds: see Generation
+    min_indent: int = 0  # llama-server's n_indent: see Generation
 
 
 
@@ -342,4 +343,4 @@ def _parsed(values):
                   response_format=values.get("response_format"), echo=values.get("echo", False),
                   n=llama_fields.choice_count(values), ignore_eos=values.get("ignore_eos", False),
                   timings_per_token=values.get("timings_per_token", False),
-                  predict_limit=llama_fields.predict_limit(values))
+                  predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0))

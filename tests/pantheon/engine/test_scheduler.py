@@ -109,7 +109,7 @@ def test_invalid_requests_change_nothing(golden):
     with pytest.raises(EngineError):
         engine.add(Request(2, ()))
     with pytest.raises(EngineError):
-        engine.add(Request(3, (1,), max_tokens=0))
+        engine.add(Request(3, (1,), max_tokens=-1))
     assert not engine.has_work
 
 
@@ -168,6 +168,22 @@ def test_repeated_prompt_without_session_reuses_the_prefix(golden):
     third = run(engine)
     assert done_of(third, 3).cached_tokens == len(prompt) - 1
     assert tokens_of(third, 3) == ref["greedy"][:5].tolist()
+
+
+def test_max_tokens_zero_only_computes_the_prompt_into_the_cache(golden):
+    """llama-server's n_predict 0 (llama.vim warms its context so): no token, and the next request with
+    that prompt as its prefix finds it cached."""
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    engine = Engine(model, EngineConfig(n_ctx=128))
+    engine.add(Request(1, prompt, max_tokens=0, params=GREEDY, n=2))
+    warm = run(engine)
+    assert tokens_of(warm, 1) == [] and engine.prefilled == len(prompt) and not engine.running
+    ends = [e for e in warm if isinstance(e, DoneEvent)]
+    assert [(e.reason, e.completion_tokens, e.choice) for e in ends] == [("length", 0, 0), ("length", 0, 1)]
+    assert [e.final for e in ends] == [False, True]
+    engine.add(Request(2, prompt + (11, 12), max_tokens=3, params=GREEDY))
+    assert done_of(run(engine), 2).cached_tokens == len(prompt)
 
 
 def test_kept_caches_are_bounded_and_dropped_under_pressure(golden):

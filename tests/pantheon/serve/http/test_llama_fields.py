@@ -40,7 +40,7 @@ def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name
 
 @pytest.mark.parametrize("check", [chat, completion])
 @pytest.mark.parametrize("name,value", [("typical_p", 0.9), ("mirostat", 2), ("dry_multiplier", 0.8),
-                                        ("xtc_probability", 0.5), ("dynatemp_range", 0.2), ("n_indent", 4),
+                                        ("xtc_probability", 0.5), ("dynatemp_range", 0.2),
                                         ("post_sampling_probs", True), ("samplers", ["temperature", "top_p"]),
                                         ("samplers", "ki"), ("top_n_sigma", 1.5), ("tfs_z", 0.9), ("min_keep", 5),
                                         ("lora", [])])
@@ -51,7 +51,7 @@ def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
 
 
 @pytest.mark.parametrize("check", [chat, completion])
-@pytest.mark.parametrize("name,value", [("n_predict", 0), ("n_predict", -2), ("n_predict", "3"), ("ignore_eos", 1),
+@pytest.mark.parametrize("name,value", [("n_predict", -3), ("n_predict", -2), ("n_predict", "3"), ("ignore_eos", 1),
                                         ("cache_prompt", "yes"), ("grammar", 5), ("grammar", "root ::= ("),
                                         ("json_schema", "{}"), ("json_schema", {"type": "frobnicate"}),
                                         ("id_slot", 1.5), ("samplers", 5), ("samplers", [1]), ("mirostat_tau", "5"),
@@ -170,3 +170,11 @@ def test_n_cmpl_n_probs_and_t_max_predict_ms_act_on_the_openai_routes(qwen):
     status, _, out = call(qwen.port, "POST", "/v1/completions", {"prompt": "Once", "max_tokens": 3, "n_probs": 1,
                                                                  "t_max_predict_ms": 60000, "return_tokens": True})
     assert status == 200 and len(out["choices"][0]["logprobs"]["tokens"]) == out["usage"]["completion_tokens"]
+
+
+def test_n_indent_and_n_predict_zero_are_taken():
+    assert chat(n_indent=4).min_indent == 4 and completion(n_indent=2).min_indent == 2 and chat().min_indent == 0
+    assert completion(n_predict=0, max_tokens=5).max_tokens == 0
+    with pytest.raises(RequestError) as err:
+        chat(n_indent=-1)
+    assert err.value.param == "n_indent"

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from pantheon.serve.http.errors import RequestError
-from pantheon.serve.http.native import fim_prompt
+from pantheon.serve.http.native import fim_prompt, picked
 from tests.pantheon.serve.http.server import call
 
 NO_EOS = [[2, False]]
@@ -85,7 +85,7 @@ def test_completion_takes_a_list_of_prompts_and_answers_a_list(qwen):
 
 
 @pytest.mark.parametrize("field,value", [("n_probs", 21), ("n_probs", -1), ("grammar", "root ::= ("), ("json_schema", {"type": "frobnicate"}), ("mirostat", 2),
-                                         ("n_predict", 0), ("prompt", {"x": 1}), ("prompt", ["a", 1]), ("prompt", ["a"] * 17), ("samplers", ["temperature", "top_k"]),
+                                         ("n_predict", -2), ("prompt", {"x": 1}), ("prompt", ["a", 1]), ("prompt", ["a"] * 17), ("samplers", ["temperature", "top_k"]),
                                          ("bogus", 1), ("logit_bias", [[1]])])
 def test_completion_refuses_what_it_does_not_do(qwen, field, value):
     body = {"prompt": "Hi", "n_predict": 1}
@@ -190,3 +190,47 @@ def test_t_max_predict_ms_ends_at_a_newline_once_the_time_is_up(qwen):
     assert out["stop_type"] == "limit" and 2 <= out["tokens_predicted"] < 40 and out["content"] == "\n" * out[
         "tokens_predicted"]
     assert out["timings"]["predicted_ms"] >= 1
+
+
+def _forced_newlines(qwen, **fields):
+    tok = qwen.backend.served("qwen2").tokenizer
+    newline = next(i for i in range(tok.n_vocab) if tok.token_bytes(i) == b"\n")
+    body = {"prompt": "Once", "n_predict": 40, "temperature": 0, "logit_bias": [[newline, 1e9]]}
+    return call(qwen.port, "POST", "/completion", dict(body, **fields))[2]
+
+
+def test_n_indent_ends_before_a_line_indented_less(qwen):
+    """Every token is a newline: the second starts a blank line, which n_indent 1 does not allow."""
+    assert _forced_newlines(qwen)["content"] == "\n" * 40
+    out = _forced_newlines(qwen, n_indent=1)
+    assert (out["content"], out["stop_type"], out["tokens_predicted"]) == ("\n", "limit", 2)
+    assert _forced_newlines(qwen, n_indent=0)["content"] == "\n" * 40
+    status, _, err = call(qwen.port, "POST", "/completion", {"prompt": "Hi", "n_indent": -1})
+    assert status == 400 and err["error"]["param"] == "n_indent"
+
+
+def test_n_predict_zero_computes_the_prompt_into_the_cache_and_answers_nothing(qwen):
+    """llama.vim's warm-up request (its fields verbatim, on /completion: this model has no FIM tokens)."""
+    prompt = "A long shared context that the next request starts with, " * 3
+    warm = {"prompt": prompt, "n_predict": 0, "temperature": 0.0, "stream": False, "samplers": [],
+            "cache_prompt": True, "t_max_prompt_ms": 1, "t_max_predict_ms": 1, "response_fields": [""], "id_slot": 0}
+    status, _, out = call(qwen.port, "POST", "/completion", warm)
+    assert (status, out) == (200, {})
+    out = call(qwen.port, "POST", "/completion", dict(warm, prompt=prompt + "and more", response_fields=None))[2]
+    assert out["tokens_predicted"] == 0 and out["content"] == "" and out["stop_type"] == "limit"
+    assert out["tokens_cached"] >= out["tokens_evaluated"] - 4  # all but the new words came from the cache
+    out = call(qwen.port, "POST", "/v1/completions", {"prompt": prompt, "n_predict": 0})[2]
+    assert out["choices"][0]["text"] == "" and out["usage"]["completion_tokens"] == 0
+
+
+def test_response_fields_keep_only_the_named_fields_flattened(qwen):
+    body = {"prompt": "Once", "n_predict": 2, "response_fields": ["content", "timings/prompt_n", "tokens_cached",
+                                                                   "timings/nothing", "nothing/at/all"]}
+    out = call(qwen.port, "POST", "/completion", body)[2]
+    assert set(out) == {"content", "timings/prompt_n", "tokens_cached"} and out["timings/prompt_n"] > 0
+    status, _, text = call(qwen.port, "POST", "/completion", dict(body, stream=True))
+    events = [json.loads(b[len("data: "):]) for b in text.split("\n\n") if b]
+    assert set(events[-1]) == {"content", "timings/prompt_n", "tokens_cached"} and "stop" in events[0]
+    assert picked({"a": {"b": 1}, "c": 2}, ["a/b", "a", "a/b/c", "c/d"]) == {"a/b": 1, "a": {"b": 1}}
+    status, _, err = call(qwen.port, "POST", "/completion", dict(body, response_fields="content"))
+    assert status == 400 and err["error"]["param"] == "response_fields"

@@ -36,6 +36,12 @@ def test_final_over_several_choices_spans_first_token_to_last_end():
     assert out["prompt_ms"] == pytest.approx(200) and out["predicted_ms"] == pytest.approx(1300)
 
 
+def test_an_answer_without_tokens_is_all_prompt_time():
+    """n_predict 0: the prompt runs into the cache and nothing is generated."""
+    out = timings.final([gen(3.0, None, 3.4, prompt=20, cached=5, completion=0)])
+    assert out["prompt_ms"] == pytest.approx(400) and out["predicted_ms"] == 0 and out["predicted_n"] == 0
+
+
 def test_partial_tells_the_generation_so_far_and_no_prompt_counts():
     now = time.perf_counter()
     waiting = SimpleNamespace(started=now, first_at=None, tokens=0, usage=usage())
