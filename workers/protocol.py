@@ -68,6 +68,7 @@ _ROUTE = struct.Struct("<HH4xQQ")  # slot, choices, session, prefix key: all the
 _JOB = struct.Struct("<qqqqQddddddIIIIIIqIq")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
+_FLAG_INFILL = 4
 _DONE = struct.Struct("<BBHIII")  # reason, final, choice, prompt, cached, completion tokens
 _TOKEN = struct.Struct("<IH")  # token id, choice
 _CHOICE = struct.Struct("<H")
@@ -126,7 +127,8 @@ def encode_job(job):
     """SUBMIT body; InvalidParameter when a value does not fit its wire field."""
     p = job.params
     bias = sorted(p.logit_bias.items())
-    flags = (_FLAG_RANDOM_SEED if p.seed is None else 0) | (_FLAG_THINK if job.think_ids else 0)
+    flags = ((_FLAG_RANDOM_SEED if p.seed is None else 0) | (_FLAG_THINK if job.think_ids else 0)
+             | (_FLAG_INFILL if p.infill else 0))
     think = job.think_ids or (0, 0)
     grammar = job.grammar.encode("utf-8")
     try:
@@ -171,7 +173,8 @@ def decode_job(body):
     bias = dict(zip(ids[n_prompt + n_stop:], values))
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat,
                             repeat_last_n=last_n, presence_penalty=presence, frequency_penalty=frequency,
-                            logit_bias=bias, seed=None if flags & _FLAG_RANDOM_SEED else seed)
+                            logit_bias=bias, seed=None if flags & _FLAG_RANDOM_SEED else seed,
+                            infill=bool(flags & _FLAG_INFILL))
     return Job(route.slot, tuple(ids[:n_prompt]), max_tokens, params, tuple(ids[n_prompt:n_prompt + n_stop]),
                route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
                None if logprobs < 0 else logprobs, route.n)

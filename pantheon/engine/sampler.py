@@ -10,6 +10,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from pantheon.engine.infill import MAX_CANDIDATES, infill
 from pantheon.errors import InvalidParameter
 
 _SEED_LIMIT = 2**64
@@ -27,6 +28,8 @@ class SamplingParams:
     repeat_last_n: how many trailing history tokens the penalties look at (0 = none, -1 = all).
     logit_bias: token id -> value added to its logit; -inf bans the token.
     seed: None draws from OS entropy, so only a given seed reproduces a sequence.
+    infill: llama.cpp's infill sampler runs after min_p (pantheon.engine.infill); it needs top_k to
+    bound the candidates it compares pairwise.
     """
 
     temperature: float = 0.8
@@ -39,6 +42,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     seed: Optional[int] = None
+    infill: bool = False
 
     def __post_init__(self):
         bias = self.logit_bias
@@ -60,6 +64,9 @@ class SamplingParams:
         _check_bias(self.logit_bias, n_vocab)
         if self.seed is not None:
             _integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)
+        if self.infill and not 0 < self.top_k <= MAX_CANDIDATES:
+            raise InvalidParameter(f"top_k: the infill sampler compares every pair of candidates, so it needs "
+                                   f"top_k between 1 and {MAX_CANDIDATES}, got {self.top_k}", "top_k")
 
     def for_choice(self, choice):
         """Choice `choice` of several sampled from one prompt: seed + choice, so n choices differ and a
@@ -77,11 +84,13 @@ class SamplingParams:
 class Sampler:
     """Draws token ids for one sequence; owns its numpy Generator, so one seed gives one sequence."""
 
-    def __init__(self, params, n_vocab):
+    def __init__(self, params, n_vocab, piece=None, eog=()):
+        """`piece` (token id -> bytes) and `eog` (end-of-generation ids) serve the infill sampler."""
         _integer("n_vocab", n_vocab, low=1)
         params.validate(n_vocab)
         self.params = params
         self.n_vocab = n_vocab
+        self.piece, self.eog = piece, tuple(eog)
         self.rng = np.random.default_rng(params.seed)
         self._bias_ids = np.fromiter(params.logit_bias.keys(), np.int64, len(params.logit_bias))  # [n_bias]
         self._bias = np.fromiter(params.logit_bias.values(), np.float32, len(params.logit_bias))  # [n_bias]
@@ -98,10 +107,23 @@ class Sampler:
             top = float(adjusted.max())
             if not math.isfinite(top):
                 return _greedy_finite(adjusted, logits)
-            if self.params.temperature == 0.0:
+            if self.params.temperature == 0.0 and not self.params.infill:
                 return int(np.argmax(adjusted))
             ids, kept = self.candidates(adjusted, top)  # [m], [m]
+            if self.params.infill:
+                return self._after_infill(ids, kept)
             return self._draw(ids, kept, top)
+
+    def _after_infill(self, ids, kept):
+        """The infill sampler's survivors drawn from (the best of them when greedy); its end is the first
+        end-of-generation id (with none known, the best candidate)."""
+        left = infill(ids, kept, self.eog, self.piece)
+        if left is None:
+            return min(self.eog) if self.eog else int(ids[np.argmax(kept)])
+        ids, kept = left  # [r], [r]
+        if self.params.temperature == 0.0:
+            return int(ids[np.argmax(kept)])
+        return self._draw(ids, kept, float(kept.max()))
 
     def adjust(self, logits, history):
         """Logit bias then repetition penalties (llama.cpp's chain order); never writes the caller's array."""

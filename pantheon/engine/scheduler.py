@@ -189,9 +189,13 @@ class Engine:
         while self.waiting and len(self.running) + self.waiting[0].n <= self.config.max_batch:
             req = self.waiting.popleft()
             cache, cached = self._cache_for(req)
-            seq = _Sequence(req, cache, cached, Sampler(req.params, self.model.config.n_vocab),
-                            constraint=req.constraint)
+            seq = _Sequence(req, cache, cached, self._sampler(req, req.params), constraint=req.constraint)
             self.running[seq.key] = seq
+
+    def _sampler(self, req, params):
+        """A sequence's sampler; the infill sampler also reads token texts (the tokenizer is built then)."""
+        piece = self.model.tokenizer.token_bytes if params.infill else None
+        return Sampler(params, self.model.config.n_vocab, piece, req.stop_ids)
 
     def _cache_for(self, req):
         """(cache, tokens already in it): the session's own cache cut to the common prefix, else a copy of
@@ -232,7 +236,7 @@ class Engine:
             cache = self._new_cache()
             cache.copy_from(seq.cache, len(seq.cache))
             grammar = seq.constraint.fork() if seq.constraint is not None else None
-            sampler = Sampler(seq.req.params.for_choice(choice), self.model.config.n_vocab)
+            sampler = self._sampler(seq.req, seq.req.params.for_choice(choice))
             fork = _Sequence(seq.req, cache, seq.cached, sampler, choice, grammar)
             fork.pos = seq.pos
             self.running[fork.key] = fork

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ipc.errors import FrameError
+from pantheon.engine.infill import MAX_CANDIDATES
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.logprobs import TokenLogprob
 from pantheon.errors import InvalidParameter
@@ -40,6 +41,7 @@ SAMPLING = {
     "frequency_penalty": REAL,
     "logit_bias": st.dictionaries(U32, st.one_of(REAL, st.just(-math.inf)), max_size=20),
     "seed": st.one_of(st.none(), U64),
+    "infill": st.booleans(),
 }
 
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).
@@ -47,12 +49,17 @@ REQUEST_TO_JOB = {"model": "slot", "prompt": "prompt", "max_tokens": "max_tokens
                   "stop_ids": "stop_ids", "session": "session", "reasoning_budget": "reasoning_budget",
                   "grammar": "grammar", "logprobs": "logprobs", "n": "n"}
 
+def _bounded(kw):
+    """The infill sampler only with a top_k it accepts (SamplingParams refuses the rest)."""
+    return dict(kw, infill=kw["infill"] and 0 < kw["top_k"] <= MAX_CANDIDATES)
+
+
 jobs = st.builds(
     Job,
     slot=st.integers(0, 2**16 - 1),
     prompt=st.lists(U32, min_size=1, max_size=300).map(tuple),
-    max_tokens=st.integers(1, 2**62),
-    params=st.fixed_dictionaries(SAMPLING).map(lambda kw: SamplingParams(**kw)),
+    max_tokens=st.integers(0, 2**62),
+    params=st.fixed_dictionaries(SAMPLING).map(lambda kw: SamplingParams(**_bounded(kw))),
     stop_ids=st.lists(U32, max_size=10).map(tuple),
     session=U64,
     reasoning_budget=st.integers(0, 2**62),
@@ -194,3 +201,10 @@ def test_a_token_body_cut_short_is_a_frame_error():
     for cut in (3, 5, 7, len(body) - 1):
         with pytest.raises(FrameError):
             protocol.decode_token(body[:cut])
+
+
+def test_the_infill_sampler_and_a_prompt_only_job_cross_the_wire():
+    job = Job(0, (1, 2, 3), 0, SamplingParams(top_k=40, top_p=0.9, infill=True), (2,))
+    back = protocol.decode_job(protocol.encode_job(job))
+    assert back == job and back.params.infill and back.max_tokens == 0
+    assert not protocol.decode_job(protocol.encode_job(dataclasses.replace(job, params=SamplingParams()))).params.infill

@@ -3,8 +3,9 @@
 from pantheon.engine.sampler import SamplingParams
 from pantheon.serve.http.field_types import bad, show
 
-# Pantheon's chain, in llama.cpp's default order (penalties, then the filters, temperature last).
-CHAIN = ("penalties", "top_k", "top_p", "min_p", "temperature")
+# Pantheon's chain, in llama.cpp's default order (penalties, then the filters, temperature last), with
+# llama.cpp's infill sampler (not in its default chain) where FIM clients put it: after the filters.
+CHAIN = ("penalties", "top_k", "top_p", "min_p", "infill", "temperature")
 # llama.cpp's names and one-letter codes for them; dry, typ_p, xtc and top_n_sigma only ever run here at
 # their neutral settings (other values are refused by name), so listing them changes nothing.
 NAMES = {"penalties": "penalties", "top_k": "top_k", "top-k": "top_k", "top_p": "top_p", "top-p": "top_p",
@@ -18,7 +19,7 @@ NEUTRAL = {"penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "freque
            "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0}, "temperature": {"temperature": 1.0}}
 # What a request that sets none of them samples with (SamplingParams' defaults).
 DEFAULTS = {k: getattr(SamplingParams(), k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-                                                        "presence_penalty", "frequency_penalty")}
+                                                        "presence_penalty", "frequency_penalty", "infill")}
 
 
 def samplers(name, v):
@@ -30,8 +31,6 @@ def samplers(name, v):
         picked = [NAMES.get(s.lower()) for s in v]
     else:
         raise bad(name, f"expected a list of sampler names or a string of their letters, got {show(v)}")
-    if "infill" in picked:
-        raise bad(name, "the infill sampler is not supported; leave it out of samplers", "unsupported_value")
     return tuple(s for s in picked if s is not None)
 
 
@@ -40,9 +39,9 @@ def apply(sampling, order):
     a sampler left out does nothing, so it is set neutral; one that does something must keep our place."""
     if order is None:
         return sampling
-    out = dict(sampling)
+    out = dict(sampling, **({"infill": True} if "infill" in order else {}))  # only a list turns it on
     for s in CHAIN:
-        if s not in order:
+        if s not in order and s in NEUTRAL:
             out.update(NEUTRAL[s])
     settings = {**DEFAULTS, **out}
     acting = [s for s in order if _acts(s, settings)]
@@ -54,9 +53,11 @@ def apply(sampling, order):
 
 def _acts(sampler, p):
     """Whether `sampler` changes the draw under settings `p` (a greedy draw is order-free: every filter
-    keeps the best token)."""
+    keeps the best token; the infill sampler may drop it, so with it greedy counts as acting)."""
     if sampler == "penalties":
         return p["repeat_penalty"] != 1.0 or p["presence_penalty"] != 0.0 or p["frequency_penalty"] != 0.0
     if sampler == "temperature":
-        return p["temperature"] not in (0.0, 1.0)
+        return p["temperature"] != 1.0 and (p["temperature"] != 0.0 or p["infill"])
+    if sampler == "infill":
+        return p["infill"]
     return p[sampler] != NEUTRAL[sampler][sampler]

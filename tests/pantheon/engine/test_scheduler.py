@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import pantheon
+from pantheon.engine.infill import infill
 from pantheon.engine.scheduler import DoneEvent, Engine, EngineConfig, Request, TokenEvent
 from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.sampler import SamplingParams
@@ -254,3 +255,25 @@ def test_aborting_one_choice_leaves_the_others_running(golden):
     done = [e for e in events if isinstance(e, DoneEvent)]
     assert [(e.choice, e.reason, e.final) for e in done] == [(1, "abort", False), (0, "length", True)]
     assert len([e for e in events if isinstance(e, TokenEvent) and e.choice == 0]) >= 10
+
+
+def test_the_infill_sampler_reads_the_models_token_texts(golden):
+    """Greedy infill in the engine against a step-by-step loop over the model's own logits: the top 8,
+    llama.cpp's infill rule on the model's token texts, the best survivor (an end: the stop id)."""
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    engine = Engine(model, EngineConfig(n_ctx=128))
+    params = SamplingParams(temperature=0.0, top_k=8, top_p=1.0, min_p=0.0, infill=True)
+    engine.add(Request(1, prompt, max_tokens=6, params=params, stop_ids=frozenset({2})))
+    got = tokens_of(run(engine), 1)
+    cache, want, feed = model.new_cache(128), [], list(prompt)
+    while len(want) < 6:
+        row = np.asarray(model.forward([(cache, feed)])[0][-1], dtype=np.float32)  # [n_vocab]
+        ids = np.argsort(-row, kind="stable")[:8]  # [8]
+        left = infill(ids, row[ids], (2,), model.tokenizer.token_bytes)
+        tok = 2 if left is None else int(left[0][np.argmax(left[1])])
+        if tok == 2:
+            break
+        want.append(tok)
+        feed = [tok]
+    assert got == want

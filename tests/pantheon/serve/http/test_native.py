@@ -234,3 +234,18 @@ def test_response_fields_keep_only_the_named_fields_flattened(qwen):
     assert picked({"a": {"b": 1}, "c": 2}, ["a/b", "a", "a/b/c", "c/d"]) == {"a/b": 1, "a": {"b": 1}}
     status, _, err = call(qwen.port, "POST", "/completion", dict(body, response_fields="content"))
     assert status == 400 and err["error"]["param"] == "response_fields"
+
+
+def test_the_infill_sampler_runs_as_llama_vim_asks_and_needs_top_k(qwen):
+    """llama.vim's FIM request fields (on /completion: this model has no FIM tokens for /infill)."""
+    body = {"prompt": "def f(x):\n", "n_predict": 8, "stop": [], "n_indent": 0, "top_k": 40, "top_p": 0.90,
+            "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True, "seed": 4,
+            "t_max_prompt_ms": 500, "t_max_predict_ms": 1000, "id_slot": 0,
+            "response_fields": ["content", "timings/prompt_n", "timings/predicted_n", "truncated", "tokens_cached"]}
+    status, _, out = call(qwen.port, "POST", "/completion", body)
+    assert status == 200 and set(out) == {"content", "timings/prompt_n", "timings/predicted_n", "truncated",
+                                          "tokens_cached"}, out
+    assert call(qwen.port, "POST", "/completion", body)[2]["content"] == out["content"]  # the seed holds
+    for fields in ({"top_k": 0}, {"samplers": ["top_p", "infill"]}, {"top_k": 257}):
+        status, _, err = call(qwen.port, "POST", "/completion", dict(body, **fields))
+        assert status == 400 and err["error"]["param"] == "top_k", err

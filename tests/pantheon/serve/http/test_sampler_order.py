@@ -23,9 +23,23 @@ def test_names_aliases_and_letters_map_onto_the_chain():
     assert sampler_order.samplers("s", []) == ()
 
 
-@pytest.mark.parametrize("value,code", [("kpi", "unsupported_value"), (["infill"], "unsupported_value"),
-                                        (5, "invalid_type"), ([None], "invalid_type"), ({"a": 1}, "invalid_type")])
-def test_infill_and_bad_shapes_are_refused(value, code):
+def test_infill_is_taken_where_fim_clients_put_it_and_turns_its_sampler_on():
+    order = sampler_order.samplers("samplers", ["top_k", "top_p", "infill"])  # llama.vim's and llama.vscode's
+    assert order == ("top_k", "top_p", "infill") and sampler_order.samplers("s", "kpi") == order
+    assert sampler_order.apply({"top_k": 40, "top_p": 0.9}, order) == {
+        "top_k": 40, "top_p": 0.9, "infill": True, "repeat_penalty": 1.0, "presence_penalty": 0.0,
+        "frequency_penalty": 0.0, "min_p": 0.0, "temperature": 1.0}
+    assert "infill" not in sampler_order.apply({}, ("top_k",))
+    with pytest.raises(RequestError) as err:
+        sampler_order.apply({"temperature": 0.5}, ("top_k", "temperature", "infill"))  # infill acts after it
+    assert err.value.param == "samplers" and err.value.code == "unsupported_value"
+    with pytest.raises(RequestError):  # greedy before infill keeps one token for it; ours runs it first
+        sampler_order.apply({"temperature": 0}, ("top_k", "temperature", "infill"))
+    assert sampler_order.apply({"temperature": 0}, ("top_k", "temperature"))["temperature"] == 0
+
+
+@pytest.mark.parametrize("value,code", [(5, "invalid_type"), ([None], "invalid_type"), ({"a": 1}, "invalid_type")])
+def test_bad_shapes_are_refused(value, code):
     with pytest.raises(RequestError) as err:
         sampler_order.samplers("samplers", value)
     assert err.value.param == "samplers" and err.value.code == code
