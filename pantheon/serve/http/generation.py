@@ -77,9 +77,9 @@ class Generation:
     def _step(self, event):
         """The text one Tokens event releases, and why the generation ends there (None: it goes on)."""
         text = self._text(event)
-        if not (self.indent is not None and self.indent.cut) and self.stops.matched is None and self._past_limit():
+        if not self._indent_cut and self.stops.matched is None and self._past_limit():
             text += self._gate(self.stops.push(self.detok.flush()) + self.stops.flush())  # all that is held
-        if self.indent is not None and self.indent.cut:
+        if self._indent_cut:
             return text, "length"
         if self.stops.matched is not None:
             return text, "stop"
@@ -105,7 +105,7 @@ class Generation:
 
     def _scored(self, tid, score):
         """One token's safe text, recording its logprob and offset (none after a stop string matched)."""
-        if self.stops.matched is not None or (self.indent is not None and self.indent.cut):
+        if self.stops.matched is not None or self._indent_cut:
             return ""
         self.scores.append(score)
         self.offsets.append(self._chars)
@@ -117,6 +117,10 @@ class Generation:
     def _gate(self, text):
         """Text the stop strings released, cut where n_indent ends the answer."""
         return text if self.indent is None else self.indent.push(text)
+
+    @property
+    def _indent_cut(self):
+        return self.indent is not None and self.indent.cut
 
     def _past_limit(self):
         return (self.predict_limit is not None and self._newline
@@ -136,7 +140,7 @@ class Generation:
             raise GenerationFailed("the generation was aborted by the server")
         text = self._gate(self.stops.push(self.detok.flush()) + self.stops.flush())
         self.finish_reason = "stop" if self.stops.matched is not None else event.reason
-        if self.indent is not None and self.indent.cut:
+        if self._indent_cut:
             self.finish_reason = "length"
         self._account(event, event.completion_tokens)
         return text

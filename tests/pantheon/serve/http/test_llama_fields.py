@@ -42,7 +42,7 @@ def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name
 @pytest.mark.parametrize("name,value", [("typical_p", 0.9), ("mirostat", 2), ("dry_multiplier", 0.8),
                                         ("xtc_probability", 0.5), ("dynatemp_range", 0.2),
                                         ("post_sampling_probs", True), ("samplers", ["temperature", "top_p"]),
-                                        ("samplers", "ki"), ("top_n_sigma", 1.5), ("tfs_z", 0.9), ("min_keep", 5),
+                                        ("samplers", "ik"), ("top_n_sigma", 1.5), ("tfs_z", 0.9), ("min_keep", 5),
                                         ("lora", [])])
 def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
     with pytest.raises(RequestError) as err:
