@@ -5,7 +5,8 @@ from pantheon.source import text_side
 
 class ModelText:
     """For a model holding its opened file as `gguf` (a GGUF, or an HF directory behind the same face);
-    the CPU Model and the GPU model alike. Die workers never touch it, so they never build a tokenizer."""
+    the CPU Model and the GPU model alike. A die worker builds the tokenizer only for a request that
+    needs token texts (a grammar, the infill sampler), so plain generation never pays for it."""
 
     _text = None
 
