@@ -16,6 +16,7 @@ from typing import Optional
 from ipc.errors import FrameError
 from pantheon.engine.logprobs import TokenLogprob
 from pantheon.engine.sampler import SamplingParams
+from pantheon.gguf.config import POOLINGS
 from pantheon.errors import InvalidParameter
 from pantheon.serve.http.backend import Finished
 from pantheon.serve.routing import prefix_key
@@ -42,6 +43,7 @@ class Kind(enum.IntEnum):
     UNLOAD_SLOT = 11  # supervisor -> die: drop model slot (u16); its requests end with UNAVAILABLE
     SLOT_FAILED = 12  # die -> supervisor: model slot (u16) could not be loaded, then the reason (UTF-8)
     FREE_CACHES = 13  # supervisor -> die: memory pressure, drop idle sessions' prefix caches; empty
+    EMBEDDING = 14   # die -> front: an embedding job's pooled vector (float32 array), before its DONE
 
 
 class ErrorCode(enum.IntEnum):
@@ -69,6 +71,7 @@ _JOB = struct.Struct("<qqqqQddddddIIIIIIqIq")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
 _FLAG_INFILL = 4
+_EMBED_SHIFT = 3  # flag bits 3-5: 0 a generation, else 1 + the pooling's index in POOLINGS
 _DONE = struct.Struct("<BBHIII")  # reason, final, choice, prompt, cached, completion tokens
 _TOKEN = struct.Struct("<IH")  # token id, choice
 _CHOICE = struct.Struct("<H")
@@ -109,6 +112,7 @@ class Job:
     grammar_replay: int = 0  # trailing prompt tokens already generated under the grammar (a resumed stream)
     logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives come back
     n: int = 1  # choices sampled from one prompt prefill; each takes a place in the die's batch
+    embed: Optional[str] = None  # an embedding job's pooling (pantheon.gguf.config.POOLINGS)
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ def encode_job(job):
     p = job.params
     bias = sorted(p.logit_bias.items())
     flags = ((_FLAG_RANDOM_SEED if p.seed is None else 0) | (_FLAG_THINK if job.think_ids else 0)
-             | (_FLAG_INFILL if p.infill else 0))
+             | (_FLAG_INFILL if p.infill else 0) | _embed_bits(job.embed))
     think = job.think_ids or (0, 0)
     grammar = job.grammar.encode("utf-8")
     try:
@@ -141,6 +145,21 @@ def encode_job(job):
     except (struct.error, OverflowError, TypeError) as e:
         raise InvalidParameter(f"a request value does not fit the wire format: {e}", None) from None
     return b"".join((head, ids.tobytes(), array.array("d", (float(v) for _, v in bias)).tobytes(), grammar))
+
+
+def _embed_bits(embed):
+    if embed is None:
+        return 0
+    if embed not in POOLINGS:
+        raise InvalidParameter(f"pooling {embed!r} is not one of {', '.join(POOLINGS)}", None)
+    return (POOLINGS.index(embed) + 1) << _EMBED_SHIFT
+
+
+def _embed_of(flags):
+    code = flags >> _EMBED_SHIFT & 7
+    if code > len(POOLINGS):
+        raise FrameError(f"SUBMIT pooling code {code} unknown")
+    return POOLINGS[code - 1] if code else None
 
 
 def read_route(body):
@@ -177,7 +196,7 @@ def decode_job(body):
                             infill=bool(flags & _FLAG_INFILL))
     return Job(route.slot, tuple(ids[:n_prompt]), max_tokens, params, tuple(ids[n_prompt:n_prompt + n_stop]),
                route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
-               None if logprobs < 0 else logprobs, route.n)
+               None if logprobs < 0 else logprobs, route.n, _embed_of(flags))
 
 
 def one_choice(job, choice):
@@ -232,6 +251,18 @@ def decode_done(body):
     if reason >= len(REASONS):
         raise FrameError(f"DONE reason {reason} unknown")
     return Finished(REASONS[reason], prompt, cached, completion, choice), bool(final)
+
+
+def encode_embedding(vector):
+    """EMBEDDING body: the pooled vector's float32 values."""
+    return array.array("f", vector).tobytes()
+
+
+def decode_embedding(body):
+    """The float32 values of an EMBEDDING body, as a tuple."""
+    if not body or len(body) % 4:
+        raise FrameError(f"EMBEDDING body of {len(body)} bytes is not a whole float32 vector")
+    return tuple(array.array("f", body))
 
 
 def encode_cancel(choice=None):

@@ -190,4 +190,4 @@ def _open_served(rec, template=None):
     weights touched); `template` (--chat-template) overrides the model's."""
     tok, meta, cfg = open_text(text(rec["path"]), text(rec["config"]) or None)
     n_ctx = context_size(int(rec["ctx_cap"]), cfg.n_ctx_train)
-    return core.served_model(text(rec["name"]), meta, n_ctx, tok, template, int(rec["batch_slots"]))
+    return core.served_model(text(rec["name"]), meta, n_ctx, tok, template, int(rec["batch_slots"]), cfg)

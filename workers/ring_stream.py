@@ -5,7 +5,7 @@ import queue
 import time
 
 from ipc.errors import FrameError
-from pantheon.serve.http.backend import Finished, GenerationFailed, Overloaded, Tokens, Unavailable
+from pantheon.serve.http.backend import Embedding, Finished, GenerationFailed, Overloaded, Tokens, Unavailable
 from workers import protocol
 from workers.protocol import ErrorCode, Kind
 
@@ -53,6 +53,7 @@ class RingStream:
         self.stopped = set()  # choices cancelled alone
         self.cancelled = False
         self.replica = None
+        self.embedded = False  # an embedding job's vector was delivered
         self._early = []
 
     def submit(self, choices=None, deaths=0, recover_until=0.0):
@@ -169,6 +170,8 @@ class RingStream:
             attempt = self.attempts[msg.request_id]
             if msg.kind == Kind.TOKENS:
                 yield from self._token(msg, attempt)
+            elif msg.kind == Kind.EMBEDDING:
+                yield from self._embedding(msg)
             elif msg.kind == Kind.ACCEPTED:
                 self._note_replica(msg)
             elif msg.kind == Kind.DONE:
@@ -197,6 +200,11 @@ class RingStream:
             self.sent[c].append(token)
             yield Tokens((token,), seq, () if scored is None else (scored,), c)
 
+    def _embedding(self, msg):
+        if not self.embedded:
+            self.embedded = True
+            yield Embedding(protocol.decode_embedding(bytes(msg.payload)))
+
     def _done(self, msg, attempt):
         done, final = protocol.decode_done(bytes(msg.payload))
         if final:
@@ -215,7 +223,10 @@ class RingStream:
                 yield Finished(reason, len(self.job.prompt), 0, len(self.sent[c]), c)
 
     def _all_sent(self, attempt):
-        """Every choice of the attempt still running has delivered max_tokens: a death now lost nothing."""
+        """Every choice of the attempt still running has delivered max_tokens (an embedding: its vector): a
+        death now lost nothing."""
+        if self.job.embed is not None:
+            return self.embedded
         return all(len(self.sent[c]) >= self.job.max_tokens for c in attempt.choices if c not in self.finished)
 
     def cancel(self, choice=None):

@@ -10,7 +10,7 @@ import traceback
 
 from ipc.errors import FrameError
 from pantheon.engine.model import open_model
-from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
+from pantheon.engine.scheduler import EmbeddingEvent, Engine, EngineConfig, Request, TokenEvent
 from pantheon.engine.warmup import warm_up
 from pantheon.errors import PantheonError, UnsupportedDevice
 from pantheon.serve.environment import Operations
@@ -159,7 +159,7 @@ class DieWorker:
             engine.add(Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
                                session=job.session or None, reasoning_budget=job.reasoning_budget,
                                think_ids=job.think_ids, constraint=_constraint(engine, job), logprobs=job.logprobs,
-                               n=job.n))
+                               n=job.n, embed=job.embed))
         except (PantheonError, FrameError, KeyError, ValueError) as e:
             self._fail(msg.request_id, ErrorCode.BAD_REQUEST, str(e))
             return
@@ -178,6 +178,9 @@ class DieWorker:
             if isinstance(ev, TokenEvent):
                 out.send(Kind.TOKENS, ev.id, ev.index, protocol.encode_token(ev.token, ev.logprob, ev.choice),
                          timeout=5.0)
+                continue
+            if isinstance(ev, EmbeddingEvent):
+                out.send(Kind.EMBEDDING, ev.id, 0, protocol.encode_embedding(ev.vector), timeout=5.0)
                 continue
             if ev.reason == "error":
                 self._fail(ev.id, ErrorCode.INTERNAL, ev.message or "the engine failed on this request")

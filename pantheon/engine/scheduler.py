@@ -5,7 +5,10 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
+
 from pantheon.errors import ContextOverflow, EngineError
+from pantheon.gguf.config import POOLINGS
 from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
 from pantheon.engine.prefix import PrefixStore
 from pantheon.engine.sampler import Sampler, SamplingParams
@@ -45,6 +48,9 @@ class Request:
     # choices sampled from one prompt prefill: choice i > 0 starts from a copy of choice 0's prompt KV,
     # with seed + i (a fork() of the constraint, if any)
     n: int = 1
+    # None: a generation; a pooling in POOLINGS: an embedding (max_tokens 0): the prompt's final normed
+    # hidden states pooled into one EmbeddingEvent, then a DoneEvent, nothing sampled
+    embed: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,12 @@ class TokenEvent:
     index: int
     logprob: Optional[TokenLogprob] = None  # when the request asked for logprobs
     choice: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class EmbeddingEvent:
+    id: int
+    vector: np.ndarray  # float32 [dim]: pooled, not normalized (the caller picks the norm)
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,21 @@ class _Sequence:
         self.pos = cached
         self.generated = []
         self.thinking, self.think_count = _thinking_at_end(req.prompt, req.think_ids), 0
+        self.pooled = None  # an embedding's running pool: float64 [dim] (the sum for mean, else the row)
+
+    def pool(self, rows):
+        """Fold this step's normed hidden states [len(chunk), dim] into the request's pooling."""
+        how = self.req.embed
+        if how == "mean":
+            total = rows.sum(axis=0, dtype=np.float64)  # [dim]
+            self.pooled = total if self.pooled is None else self.pooled + total
+        elif how == "last" or self.pooled is None:  # cls: the first chunk's first row, once
+            self.pooled = rows[-1 if how == "last" else 0].astype(np.float64)  # [dim]
+
+    def embedding(self):
+        """float32 [dim]: the pooled vector once the whole prompt has run."""
+        scale = len(self.req.prompt) if self.req.embed == "mean" else 1
+        return (self.pooled / scale).astype(np.float32)  # [dim]
 
     def forced_token(self):
         """</think> once the reasoning budget is spent inside a think block, else None."""
@@ -120,6 +147,14 @@ class _Sequence:
                          self.choice, final)
 
 
+def _check_embedding(req):
+    """EngineError unless `req` is a well-formed embedding request."""
+    if req.embed not in POOLINGS:
+        raise EngineError(f"embed must be one of {', '.join(POOLINGS)}, got {req.embed!r}")
+    if req.max_tokens != 0 or req.n != 1 or req.constraint is not None or req.logprobs is not None:
+        raise EngineError("an embedding request generates nothing: max_tokens 0, n 1, no grammar, no logprobs")
+
+
 class Engine:
     """Continuous batching over one model: every step runs one forward for all running sequences.
 
@@ -143,6 +178,8 @@ class Engine:
             raise ContextOverflow(f"prompt of {len(req.prompt)} tokens leaves no room in a context of {self.config.n_ctx}")
         if req.max_tokens < 0:
             raise EngineError(f"max_tokens must be at least 0, got {req.max_tokens}")
+        if req.embed is not None:
+            _check_embedding(req)
         if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP:
             raise EngineError(f"logprobs must be in 0..{MAX_TOP}, got {req.logprobs}")
         if not 1 <= req.n <= self.config.max_batch:
@@ -200,6 +237,8 @@ class Engine:
     def _cache_for(self, req):
         """(cache, tokens already in it): the session's own cache cut to the common prefix, else a copy of
         the longest kept prefix, else a new cache; at least one prompt token is left to run."""
+        if req.embed in ("mean", "cls"):
+            return self._new_cache(), 0  # these pool over the first token on: every row must run
         cache = self.store.take_session(req.session) if req.session is not None else None
         if cache is not None:
             keep = min(cache.common_prefix(req.prompt), len(req.prompt) - 1)
@@ -250,18 +289,30 @@ class Engine:
             toks, last = seq.next_input(max(budget, 1))
             budget -= len(toks) if len(toks) > 1 else 0
             plan.append((seq, toks, last))
-        logits = self.model.forward([(s.cache, t) for s, t, _ in plan])
+        segments = [(s.cache, t) for s, t, _ in plan]
+        hidden = [i for i, (s, _, _) in enumerate(plan) if s.req.embed is not None]
+        # only embedding steps ask for hidden states: a model that never embeds need not know the keyword
+        logits = self.model.forward(segments, hidden=hidden) if hidden else self.model.forward(segments)
         events = []
         for (seq, toks, last), row in zip(plan, logits):
             if seq.pos < len(seq.req.prompt):
                 seq.pos += len(toks)
                 self.prefilled += len(toks)
-            if last and seq.key in self.running and seq.req.max_tokens == 0:
+            if seq.req.embed is not None:
+                events += self._embed(seq, row, last)
+            elif last and seq.key in self.running and seq.req.max_tokens == 0:
                 events += self._finish(seq, "length")  # only the prompt was asked for: it is in the cache now
             elif last and seq.key in self.running:  # a sibling's error may have ended it this step
                 for s in [seq] + self._fork(seq):
                     events += self._emit(s, row[-1]) if s.key in self.running else []
         return events
+
+    def _embed(self, seq, rows, last):
+        """Pool this step's rows; after the prompt's last chunk the vector goes out and the request ends."""
+        seq.pool(rows)
+        if not last or seq.key not in self.running:
+            return []
+        return [EmbeddingEvent(seq.req.id, seq.embedding())] + self._finish(seq, "stop")
 
     def _emit(self, seq, logits):
         raw = logits  # logprobs are the model's own distribution, before any mask or bias

@@ -11,6 +11,10 @@ ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3moe", "phi3")
 NEOX_ROPE = frozenset(("qwen2", "qwen3", "qwen3moe", "phi3"))
 MAX_DIM = 1 << 17
 MAX_LAYERS = 1024
+# llama.cpp's enum llama_pooling_type, as `{arch}.pooling_type` stores it: how an embedding is read off
+# the final hidden states ("rank" is a reranker's classification head)
+POOLING_TYPES = ("none", "mean", "cls", "last", "rank")
+POOLINGS = POOLING_TYPES[1:4]  # those that pool a sequence into one vector (what embedding requests run)
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class ModelConfig:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_expert: int = 0
+    pooling: str = ""  # one of POOLING_TYPES when the file states one, else "" (a generative model)
 
     @property
     def n_group(self):
@@ -106,6 +111,15 @@ def _experts(meta, arch):
     return _positive("expert_count", n_expert, 1024), used, ff
 
 
+def _pooling(meta, arch):
+    code = _get(meta, f"{arch}.pooling_type", -1)
+    if code == -1:
+        return ""
+    if not 0 <= code < len(POOLING_TYPES):
+        raise AbsurdValue(f"pooling_type {code} is not one of llama.cpp's 0..{len(POOLING_TYPES) - 1}")
+    return POOLING_TYPES[code]
+
+
 def config_from_metadata(meta) -> ModelConfig:
     """Build the config; MissingKey/AbsurdValue/UnsupportedArchitecture name what is wrong."""
     arch = _architecture(meta)
@@ -126,4 +140,4 @@ def config_from_metadata(meta) -> ModelConfig:
                                 _get(meta, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, kind=float)),
         rope_base=_positive_real("rope.freq_base", _get(meta, f"{arch}.rope.freq_base", 10000.0, kind=float)),
         n_rot=n_rot, neox_rope=arch in NEOX_ROPE,
-        n_expert=n_expert, n_expert_used=n_used, n_ff_expert=n_ff_expert)
+        n_expert=n_expert, n_expert_used=n_used, n_ff_expert=n_ff_expert, pooling=_pooling(meta, arch))

@@ -7,13 +7,15 @@ from pantheon.text.prompting import PromptBuilder
 THINK_TAGS = ("<think>", "</think>")
 
 
-def served_model(name, metadata, n_ctx, tokenizer, template=None, max_choices=1):
+def served_model(name, metadata, n_ctx, tokenizer, template=None, max_choices=1, config=None):
     """The front's view of one model: tokenizer, chat prompts (`metadata` as the chat template reads it;
-    `template`, --chat-template, overrides the model's), context, think tags and the most choices (n)
-    one request may take (the sequences its engine decodes together)."""
+    `template`, --chat-template, overrides the model's), context, think tags, the most choices (n)
+    one request may take (the sequences its engine decodes together) and, from its ModelConfig
+    `config`, the embedding size and pooling."""
     ids = tuple(tokenizer.token_to_id.get(t) for t in THINK_TAGS)
     return ServedModel(name, tokenizer, PromptBuilder(tokenizer, metadata, template_source=template), n_ctx,
-                       ids if None not in ids else (), max(1, max_choices))
+                       ids if None not in ids else (), max(1, max_choices),
+                       config.dim if config else 0, config.pooling if config else "")
 
 
 def admit(served, request):
@@ -35,7 +37,7 @@ def generation(request, served, default_budget=0):
     share them): the model's --reasoning-budget applies when the request sets none."""
     return dict(prompt=tuple(request.prompt), max_tokens=request.max_tokens, params=request.sampling,
                 stop_ids=tuple(sorted(request.stop_ids)), reasoning_budget=request.reasoning_budget or default_budget,
-                think_ids=served.think_ids, logprobs=request.logprobs, n=request.n)
+                think_ids=served.think_ids, logprobs=request.logprobs, n=request.n, embed=request.embed)
 
 
 def health(models, dies=None, draining=False, pressure=None):

@@ -7,11 +7,11 @@ import threading
 import time
 from collections import deque
 
-from pantheon.engine.scheduler import DoneEvent, Engine, EngineConfig, Request
+from pantheon.engine.scheduler import DoneEvent, EmbeddingEvent, Engine, EngineConfig, Request
 from pantheon.errors import EngineError
 from pantheon.serve import core
-from pantheon.serve.http.backend import (Finished, GenerationFailed, ModelInfo, Overloaded, Tokens, UnknownModel,
-                                         Unavailable)
+from pantheon.serve.http.backend import (Embedding, Finished, GenerationFailed, ModelInfo, Overloaded, Tokens,
+                                         UnknownModel, Unavailable)
 from pantheon.serve.metrics import Layout, Recorder
 from pantheon.text.grammar import Constraint
 
@@ -80,7 +80,7 @@ class _Runner:
         self.name, self.model, self.config = name, model, config
         self.max_concurrent, self.max_queue, self.recorder = max_concurrent, max_queue, recorder
         self.served = core.served_model(name, model.chat_metadata, config.n_ctx, model.tokenizer, template,
-                                        min(config.max_batch, max_concurrent))
+                                        min(config.max_batch, max_concurrent), model.config)
         self.commands = queue.Queue()
         self.state = "loaded"
         self.reason = ""  # why the model failed, for /health and /v1/models
@@ -194,6 +194,9 @@ class _Runner:
         for ev in events:
             stream = active.get(ev.id)
             if stream is None:
+                continue
+            if isinstance(ev, EmbeddingEvent):
+                stream.events.put(Embedding(tuple(ev.vector.tolist())))
                 continue
             if not isinstance(ev, DoneEvent):
                 stream.events.put(Tokens((ev.token,), ev.index, () if ev.logprob is None else (ev.logprob,),

@@ -2,7 +2,7 @@
 
 from hypothesis import strategies as st
 
-from pantheon.serve.http import validate
+from pantheon.serve.http import embeddings, validate
 
 F32_MAX, F32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
 EXTREME_NUMBERS = [F32_MAX, -F32_MAX, 3.5e38, -3e38, 1e39, F32_TINY, 1e-38, 1e-45, 5e-324, -5e-324, 0.0, -0.0,
@@ -65,6 +65,16 @@ tokenize = st.fixed_dictionaries({"content": field(st.text(max_size=40))},
                                            "parse_special": junk, "with_pieces": junk})
 detokenize = st.fixed_dictionaries({"tokens": field(st.lists(st.one_of(st.integers(-5, 5000), numbers), max_size=8))},
                                    optional={"model": field(st.just("m"))})
+# embedding inputs stay few and short when valid: the fuzz is about refusals, not a die's throughput
+embed_input = field(st.one_of(st.text(max_size=20), st.lists(st.integers(-5, 5000), min_size=1, max_size=6),
+                              st.lists(st.one_of(st.text(max_size=8), st.lists(st.integers(-5, 5000), max_size=4)),
+                                       max_size=3)))
+embed = st.fixed_dictionaries({"input": embed_input}, optional=dict(every_field(
+    embeddings.OPENAI, {"model": field(st.just("m")), "dimensions": field(st.integers(-2, 300)),
+                        "encoding_format": field(st.sampled_from(["float", "base64"]))}, ("input",)), extra=junk))
+native_embed = st.fixed_dictionaries({"content": embed_input}, optional=dict(every_field(
+    embeddings.NATIVE, {"model": field(st.just("m")), "embd_normalize": field(st.integers(-3, 4))}, ("content",)),
+    extra=junk))
 admin_load = st.fixed_dictionaries({}, optional={"path": field(st.sampled_from(["/proc/self/mem", "/dev/zero", "/",
                                                                                  "x" * 1025, "../../etc/passwd"])),
                                                  "name": field(st.text(max_size=70)), "dies": junk,
@@ -86,6 +96,7 @@ raw_bodies = st.one_of(st.integers(1, 200_000).map(nested), st.binary(max_size=4
                                         b"", b"null", b"[]", b"{}", b'"x"', b"\xff\xfe", b'{"prompt": 1e999}']))
 
 ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), ("/tokenize", tokenize),
-             ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload)]
+             ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload),
+             ("/v1/embeddings", embed), ("/embedding", native_embed)]
 requests = st.one_of(*[st.tuples(st.just(path), body) for path, body in ENDPOINTS],
                      st.tuples(st.sampled_from([p for p, _ in ENDPOINTS]), raw_bodies))

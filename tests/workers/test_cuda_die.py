@@ -41,8 +41,16 @@ def test_completion_on_a_simulated_cuda_die_matches_the_cpu_engine(golden):
         assert gpu["usage"]["completion_tokens"] == 2 and gpu["choices"][0]["finish_reason"] == "length"
         assert gpu["choices"][0]["text"] == cpu["choices"][0]["text"]
         assert "converted to F16" in srv.log() and "layers 0..1 on cuda0" in srv.log()
+        vectors = [_embed(srv, model, prompt[:6]) for model in ("g", "c")]  # the GPU engine's hidden path
+        np.testing.assert_allclose(vectors[0], vectors[1], atol=5e-3)  # unit vectors; F16 weights on cuda0
     finally:
         assert srv.stop() == 0
+
+
+def _embed(srv, model, ids):
+    status, body, _ = srv.request("POST", "/v1/embeddings", {"model": model, "input": ids}, timeout=600)
+    assert status == 200, body
+    return json.loads(body)["data"][0]["embedding"]
 
 
 def test_a_missing_cuda_stack_refuses_the_model_not_the_server(golden):

@@ -5,8 +5,11 @@ import asyncio
 import json
 
 import jsonschema
+import numpy as np
 import openai
 import pytest
+
+import pantheon
 
 from tests.conftest import shared_path
 from tests.workers.serving import Server
@@ -113,3 +116,15 @@ def test_every_json_schema_answer_validates(server, model):
                                                 temperature=1.0, seed=9, stream=True):
         text += (chunk.choices[0].delta.content or "") if chunk.choices else ""
     jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_embeddings_come_through_the_rings(server):
+    """A die worker pools the vector (float32 over the ring), the front normalizes and encodes it."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    texts = ["Paris is the capital of France", "rings carry floats now"]
+    got = client.embeddings.create(model="qwen2", input=texts)
+    model = pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
+    for d, text in zip(got.data, texts):
+        ids = model.tokenizer.encode(text, add_special=True, parse_special=True)
+        last = model.forward([(model.new_cache(64), ids)], hidden=[0])[0][-1].astype(np.float64)  # [dim]
+        np.testing.assert_allclose(d.embedding, last / np.linalg.norm(last), atol=2e-5)

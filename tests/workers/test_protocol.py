@@ -13,6 +13,7 @@ from pantheon.engine.infill import MAX_CANDIDATES
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.logprobs import TokenLogprob
 from pantheon.errors import InvalidParameter
+from pantheon.gguf.config import POOLINGS
 from pantheon.serve.http.backend import Finished, GenerationRequest
 from pantheon.serve.routing import prefix_key
 from workers import protocol
@@ -47,7 +48,7 @@ SAMPLING = {
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).
 REQUEST_TO_JOB = {"model": "slot", "prompt": "prompt", "max_tokens": "max_tokens", "sampling": "params",
                   "stop_ids": "stop_ids", "session": "session", "reasoning_budget": "reasoning_budget",
-                  "grammar": "grammar", "logprobs": "logprobs", "n": "n"}
+                  "grammar": "grammar", "logprobs": "logprobs", "n": "n", "embed": "embed"}
 
 def _bounded(kw):
     """The infill sampler only with a top_k it accepts (SamplingParams refuses the rest)."""
@@ -68,6 +69,7 @@ jobs = st.builds(
     grammar_replay=st.integers(0, 2**62),
     logprobs=st.one_of(st.none(), st.integers(0, 20)),
     n=st.integers(1, 2**16 - 1),
+    embed=st.one_of(st.none(), st.sampled_from(POOLINGS)),
 )
 
 
@@ -118,6 +120,28 @@ def test_a_value_that_does_not_fit_the_wire_is_a_typed_error():
         protocol.encode_job(Job(0, (2**32,), 1, SamplingParams()))
     with pytest.raises(InvalidParameter):
         protocol.encode_job(Job(2**16, (1,), 1, SamplingParams()))
+
+
+def test_an_embedding_job_names_its_pooling_and_nothing_else_does():
+    with pytest.raises(InvalidParameter, match="pooling"):
+        protocol.encode_job(Job(0, (1,), 0, SamplingParams(), embed="max"))
+    body = bytearray(protocol.encode_job(Job(0, (1,), 0, SamplingParams(), embed="last")))
+    flags_at = 24 + 8 * 5 + 8 * 6 + 4 * 5  # after the int64s and doubles: think ids, counts, then flags
+    assert struct.unpack_from("<I", body, flags_at)[0] >> 3 == 3  # "last" is the third pooling
+    struct.pack_into("<I", body, flags_at, 7 << 3 | 1)
+    with pytest.raises(FrameError, match="pooling code"):
+        protocol.decode_job(bytes(body))
+
+
+@given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=5000))
+def test_embedding_body_round_trip(values):
+    assert protocol.decode_embedding(protocol.encode_embedding(np.array(values, np.float32))) == tuple(values)
+
+
+@pytest.mark.parametrize("body", [b"", b"\0\0\0", b"\0" * 9])
+def test_a_broken_embedding_body_is_refused(body):
+    with pytest.raises(FrameError, match="EMBEDDING"):
+        protocol.decode_embedding(body)
 
 
 def test_bad_sampling_values_on_the_wire_are_refused_by_the_parameter_checks():

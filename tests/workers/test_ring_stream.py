@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from pantheon.engine.sampler import SamplingParams
-from pantheon.serve.http.backend import Finished, GenerationFailed, Tokens
+from pantheon.serve.http.backend import Embedding, Finished, GenerationFailed, Tokens
 from workers import protocol
 from workers.protocol import ErrorCode, Job, Kind
 from workers.ring_stream import RingStream
@@ -142,3 +142,32 @@ def test_one_choice_continues_as_before():
     assert list(events) == [Tokens((40,), 0, (), 0), Tokens((41,), 1, (), 0), Finished("length", 3, 0, 2, 0)]
     [(cont, job)] = backend.submits()[1:]
     assert job.prompt == PROMPT + (40,) and job.params.seed is None and job.max_tokens == 4
+
+
+def embedding_job():
+    backend = FakeBackend()
+    stream = RingStream(backend, Job(0, PROMPT, 0, SamplingParams(), embed="last"))
+    rid = stream.submit()
+    stream.events.put(Msg(Kind.ACCEPTED, rid, 0, protocol.encode_accepted(0)))
+    stream.wait_accepted()
+    return backend, stream, rid, iter(stream)
+
+
+def test_an_embedding_whose_worker_died_is_asked_again_and_arrives_once():
+    """max_tokens 0 must not read as "everything was delivered": the vector had not come yet."""
+    backend, stream, rid, events = embedding_job()
+    died(stream, rid)
+    stream.events.put(Msg(Kind.EMBEDDING, rid + 1, 0, protocol.encode_embedding([0.5, -2.0])))
+    stream.events.put(Msg(Kind.EMBEDDING, rid + 1, 0, protocol.encode_embedding([9.0, 9.0])))  # never twice
+    done(stream, rid + 1, n=0, reason="stop")
+    assert list(events) == [Embedding((0.5, -2.0)), Finished("stop", 3, 0, 0, 0)]
+    [(again, job)] = backend.submits()[1:]
+    assert again == rid + 1 and job.embed == "last" and job.prompt == PROMPT and job.max_tokens == 0
+
+
+def test_a_death_after_the_embedding_arrived_loses_nothing():
+    backend, stream, rid, events = embedding_job()
+    stream.events.put(Msg(Kind.EMBEDDING, rid, 0, protocol.encode_embedding([1.0])))
+    died(stream, rid)
+    assert list(events) == [Embedding((1.0,)), Finished("length", 3, 0, 0, 0)]
+    assert len(backend.submits()) == 1

@@ -94,33 +94,48 @@ class GpuModel(ModelText):
         cache = self.new_cache(max(len(tokens), 1) if self.pool is None else None)
         return self.forward([(cache, tokens)], all_logits=True)[0]
 
-    def forward(self, segments, all_logits=False):
+    def forward(self, segments, all_logits=False, hidden=()):
         """Extend each (cache, new token ids) segment; per segment float32 [len(ids), n_vocab] if all_logits,
-        else [1, n_vocab] (its last position)."""
+        else [1, n_vocab] (its last position); a segment whose index is in `hidden` gets its final normed
+        hidden states [len(ids), dim] instead (an embedding's input: no output head for it)."""
         segs = [(c, np.asarray(t, dtype=np.int32)) for c, t in segments]
         for cache, toks in segs:
             cache.reserve(len(toks))
         ids = np.concatenate([t for _, t in segs])  # [N]
         pos = np.concatenate([np.arange(len(c), len(c) + len(t), dtype=np.int32) for c, t in segs])  # [N]
         slot = np.concatenate([np.full(len(t), c.slot, np.int32) for c, t in segs])  # [N]
-        ends = np.cumsum([len(t) for _, t in segs])  # [segments]
-        rows = np.arange(len(ids)) if all_logits else ends - 1  # [rows]
-        if self.graphs and not all_logits and len(ids) == len(segs) <= MAX_BATCH:
+        if self.graphs and not all_logits and not hidden and len(ids) == len(segs) <= MAX_BATCH:
             out = self._plan(len(ids)).run(ids, pos, slot)  # [n, n_vocab] a decode step
+            out = [out[i:i + 1] for i in range(len(segs))]
         else:
-            out = self._run(ids, pos, slot, rows.astype(np.int32))  # [rows, n_vocab]
+            out = self._outputs(segs, self._run(ids, pos, slot), all_logits, frozenset(hidden))
         for cache, toks in segs:
             cache.tokens.extend(int(t) for t in toks)
-        if not all_logits:
-            return [out[i:i + 1] for i in range(len(segs))]
-        return np.split(out, ends[:-1])
+        return out
+
+    def _outputs(self, segs, ran, all_logits, hidden):
+        """Per segment: logits rows through the head, `hidden` segments' rows through the final norm."""
+        last, x = ran
+        ends = np.cumsum([len(t) for _, t in segs])  # [segments]
+        spans = [(e - len(t), e) for (_, t), e in zip(segs, ends)]
+        out = [None] * len(segs)
+        for i in hidden:
+            out[i] = self._normed(last, x, np.arange(*spans[i], dtype=np.int32))  # [n, dim]
+        heads = [i for i in range(len(segs)) if i not in hidden]
+        picks = [np.arange(*spans[i]) if all_logits else np.array([spans[i][1] - 1]) for i in heads]  # rows each
+        if heads:
+            logits = self._head(last, x, np.concatenate(picks).astype(np.int32))  # [rows, n_vocab]
+            for i, part in zip(heads, np.split(logits, np.cumsum([len(p) for p in picks])[:-1])):
+                out[i] = part
+        return out
 
     def _plan(self, n):
         if n not in self.plans:
             self.plans[n] = DecodePlan(self, n)
         return self.plans[n]
 
-    def _run(self, ids, pos, slot, rows):
+    def _run(self, ids, pos, slot):
+        """(last stage, x [N, dim] on its device): every layer over every row."""
         first = self.stages[0]
         first.backend.activate()
         x = first.backend.empty((len(ids), self.config.dim))  # [N, dim]
@@ -132,14 +147,25 @@ class GpuModel(ModelText):
                 x = s.backend.take(x)  # [N, dim] the one hop per stage boundary
             s.forward(x, s.backend.upload(slot), s.backend.upload(pos))
             prev = s
-        return self._head(prev, x, rows)
+        return prev, x
 
-    def _head(self, last, x, rows):
+    def _select(self, last, x, rows):
         b = last.backend
         b.activate()
-        sel = x[b.upload(rows)] if len(rows) != len(x) else x  # [rows, dim] (on the stream CuPy uses)
+        return x[b.upload(rows)] if len(rows) != len(x) else x  # [rows, dim] (on the stream CuPy uses)
+
+    def _head(self, last, x, rows):
+        sel = self._select(last, x, rows)  # [rows, dim]
+        b = last.backend
         logits = b.empty((len(rows), self.output.rows))  # [rows, n_vocab]
         return b.to_host(self.head(last, sel, b.empty(sel.shape), logits))
+
+    def _normed(self, last, x, rows):
+        """float32 [rows, dim] on the host: rms_norm(x[rows]) with the output norm."""
+        sel = self._select(last, x, rows)  # [rows, dim]
+        h = last.backend.empty(sel.shape)  # [rows, dim]
+        last.ops.rms_norm(sel, self.output_norm, self.config.norm_eps, self.config.dim, h)
+        return last.backend.to_host(h)
 
     def head(self, last, x, h, logits, work=None):
         """logits float32 [n, n_vocab] = output(rms_norm(x)) on the last stage, h [n, dim] the normed rows

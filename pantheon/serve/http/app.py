@@ -9,6 +9,7 @@ from pantheon.serve.http.completions import ChatCompletions, Completions, Option
 from pantheon.serve.http.cors import Cors
 from pantheon.serve.http.native import ApplyTemplate, Infill, NativeCompletion, Props, Slots
 from pantheon.serve.http.disconnect import DisconnectWatch
+from pantheon.serve.http.embeddings import Embeddings, NativeEmbedding
 from pantheon.serve.http.request_id import RequestId
 from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
@@ -16,7 +17,8 @@ from pantheon.serve.metrics import OTHER
 
 ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions",
              "/chat/completions": "chat_completions", "/completions": "completions",
-             "/tokenize": "tokenize", "/detokenize": "detokenize"}
+             "/tokenize": "tokenize", "/detokenize": "detokenize", "/v1/embeddings": "embeddings",
+             "/embeddings": "embeddings", "/embedding": "embeddings"}
 
 
 class _CountRequests:
@@ -58,6 +60,9 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
         app.add_route(f"{prefix}/health", Health(backend))  # llama-server answers /v1/health too
         app.add_route(f"{prefix}/chat/completions", ChatCompletions(backend, options))
         app.add_route(f"{prefix}/completions", Completions(backend, options))
+    app.add_route("/v1/embeddings", Embeddings(backend, body_limit, metrics))
+    app.add_route("/embeddings", NativeEmbedding(backend, body_limit, metrics))  # llama-server's, as its own
+    app.add_route("/embedding", NativeEmbedding(backend, body_limit, metrics))
     app.add_route("/completion", NativeCompletion(backend, options))
     app.add_route("/infill", Infill(backend, options))
     app.add_route("/apply-template", ApplyTemplate(backend, options))

@@ -75,6 +75,8 @@ class ServedModel:
     n_ctx: int  # the --ctx-cap (or the engine's context): prompt + max_tokens must fit
     think_ids: tuple = ()  # (open, close) token ids of <think> ... </think> when the vocabulary has them
     max_choices: int = 1  # the most choices (n) one request may ask for: the sequences the model decodes together
+    n_embd: int = 0  # the hidden size: an embedding's length
+    pooling: str = ""  # the GGUF's {arch}.pooling_type name, "" when it states none (pantheon.gguf.config)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,14 @@ class GenerationRequest:
     grammar: Optional[str] = None  # a compiled llguidance grammar (pantheon.text.grammar.compile_spec)
     logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives
     n: int = 1  # choices sampled from one prompt prefill (choice i with seed + i)
+    embed: Optional[str] = None  # a pooling (pantheon.gguf.config.POOLINGS): an embedding, max_tokens 0
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """An embedding request's pooled vector (float32 values, not normalized); its Finished follows."""
+
+    vector: tuple
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,7 @@ class Stream(Protocol):
     """Events of one generation, its choices interleaved; iterating may raise BackendError (e.g.
     GenerationFailed). Iteration is resumable: a consumer that stops and iterates again gets the rest."""
 
-    def __iter__(self) -> Iterator[Union[Tokens, Finished]]: ...
+    def __iter__(self) -> Iterator[Union[Tokens, Embedding, Finished]]: ...
 
     def cancel(self, choice=None) -> None:
         """Stop the generation, or only its choice `choice` (a stop string matched there); each choice

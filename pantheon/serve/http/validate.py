@@ -231,15 +231,16 @@ def token_ids(name, v):
     return v
 
 
-def _ids(v):
+def is_ids(v):
+    """Whether `v` is a non-empty list of integers (token ids, range-checked per model later)."""
     return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
 
 
 def prompt(name, v):
     """The list of prompts: a string, a list of token ids (range checked per model), or a list of either."""
-    if isinstance(v, str) or _ids(v):
+    if isinstance(v, str) or is_ids(v):
         return [v]
-    if not isinstance(v, list) or not v or not all(isinstance(p, str) or _ids(p) for p in v):
+    if not isinstance(v, list) or not v or not all(isinstance(p, str) or is_ids(p) for p in v):
         raise bad(name, "expected a string, a non-empty list of token ids, or a non-empty list of those")
     if len(v) > MAX_PROMPTS:
         raise bad(name, f"at most {MAX_PROMPTS} prompts per request, got {len(v)}", "invalid_value")

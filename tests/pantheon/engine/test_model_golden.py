@@ -46,3 +46,40 @@ def test_greedy_continuation_matches_llama_cpp():
         out.append(int(logits[-1].argmax()))
         logits = model.forward([(cache, [out[-1]])])[0]
     assert out == ref["greedy"][:8].tolist()
+
+
+def _output_matrix(path):
+    """float32 [n_vocab, dim]: the file's output matrix (token_embd when tied), dequantized by gguf-py."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    t = tensors.get("output.weight") or tensors["token_embd.weight"]
+    return dequantize(t.data, t.tensor_type).astype(np.float32)  # [n_vocab, dim]
+
+
+@pytest.mark.parametrize("name", ["qwen2-q8_0", "llama-q4_k_m", "llama-tied-q8_0", "qwen3moe-q8_0"])
+def test_hidden_states_are_what_llama_cpps_logits_are_made_of(name):
+    """forward(hidden=) hands back the final normed hidden states (an embedding's input): through the
+    file's own output matrix they give llama.cpp's logits within the golden bound."""
+    path = shared_path("golden", f"{name}.gguf")
+    ref = np.load(path.with_suffix(".npz"))
+    spec = json.loads(path.with_suffix(".json").read_text())["spec"]
+    model = pantheon.open_model(str(path), threads=2)
+    tokens = ref["tokens"].tolist()
+    h = model.forward([(model.new_cache(64), tokens)], hidden=[0])[0]  # [T, dim]
+    assert h.shape == (len(tokens), model.config.dim) and h.dtype == np.float32
+    ours = h @ _output_matrix(path).T  # [T, n_vocab]
+    want = ref["logits"].astype(np.float32)
+    err = float(((ours - want) ** 2).sum() / (want ** 2).sum())
+    assert err <= tolerance(name, spec), f"{name}: normalized error {err:.3g}"
+
+
+def test_hidden_and_logit_segments_share_one_forward():
+    path = shared_path("golden", "qwen2-q8_0.gguf")
+    tokens = np.load(path.with_suffix(".npz"))["tokens"].tolist()
+    model = pantheon.open_model(str(path), threads=2)
+    alone_h = model.forward([(model.new_cache(64), tokens[:9])], hidden=[0])[0]  # [9, dim]
+    alone_l = model.forward([(model.new_cache(64), tokens[3:14])])[0]  # [1, n_vocab]
+    both = model.forward([(model.new_cache(64), tokens[3:14]), (model.new_cache(64), tokens[:9])], hidden=[1])
+    np.testing.assert_allclose(both[0], alone_l, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(both[1], alone_h, rtol=1e-4, atol=1e-4)

@@ -5,7 +5,7 @@ import pytest
 
 import pantheon
 from pantheon.engine.infill import infill
-from pantheon.engine.scheduler import DoneEvent, Engine, EngineConfig, Request, TokenEvent
+from pantheon.engine.scheduler import DoneEvent, EmbeddingEvent, Engine, EngineConfig, Request, TokenEvent
 from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.sampler import SamplingParams
 from tests.conftest import shared_path
@@ -277,3 +277,53 @@ def test_the_infill_sampler_reads_the_models_token_texts(golden):
         want.append(tok)
         feed = [tok]
     assert got == want
+
+
+def embedding_of(events, rid):
+    vecs = [e.vector for e in events if isinstance(e, EmbeddingEvent) and e.id == rid]
+    assert len(vecs) == 1, vecs
+    return vecs[0]
+
+
+@pytest.mark.parametrize("pooling, pick", [("mean", lambda h: h.mean(0)), ("cls", lambda h: h[0]),
+                                           ("last", lambda h: h[-1])])
+def test_embedding_pools_the_prompts_hidden_states(golden, pooling, pick):
+    """Chunked prefill (5 tokens a step) beside a decoding request pools the same vector as one pass."""
+    model, ref = golden
+    prompt = tuple(ref["tokens"][:16].tolist())
+    hidden = model.forward([(model.new_cache(64), prompt)], hidden=[0])[0]  # [16, dim]
+    engine = Engine(model, EngineConfig(n_ctx=64, prefill_chunk=5))
+    engine.add(Request(1, prompt[:6], max_tokens=4, params=GREEDY))
+    engine.add(Request(2, prompt, max_tokens=0, embed=pooling))
+    events = run(engine)
+    got = embedding_of(events, 2)
+    assert got.dtype == np.float32 and got.shape == (model.config.dim,)
+    np.testing.assert_allclose(got, pick(hidden), rtol=1e-4, atol=1e-4)
+    done = done_of(events, 2)
+    assert (done.reason, done.completion_tokens, done.prompt_tokens) == ("stop", 0, 16)
+    assert not tokens_of(events, 2) and len(tokens_of(events, 1)) == 4
+
+
+def test_last_pooling_reuses_the_prefix_cache_and_mean_does_not(golden):
+    model, ref = golden
+    prompt = tuple(ref["tokens"].tolist())  # 31 tokens: a kept 20-token cache shares a whole block
+    engine = Engine(model, EngineConfig(n_ctx=64))
+    engine.add(Request(1, prompt[:20], max_tokens=1, params=GREEDY))
+    run(engine)
+    engine.add(Request(2, prompt, max_tokens=0, embed="last"))
+    engine.add(Request(3, prompt, max_tokens=0, embed="mean"))
+    events = run(engine)
+    assert done_of(events, 2).cached_tokens == 20 and done_of(events, 3).cached_tokens == 0
+    hidden = model.forward([(model.new_cache(64), prompt)], hidden=[0])[0]  # [31, dim]
+    np.testing.assert_allclose(embedding_of(events, 2), hidden[-1], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(embedding_of(events, 3), hidden.mean(0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fields", [dict(embed="max"), dict(embed="mean", max_tokens=3),
+                                    dict(embed="last", n=2), dict(embed="cls", logprobs=1)])
+def test_malformed_embedding_requests_are_refused(golden, fields):
+    model, _ = golden
+    engine = Engine(model, EngineConfig(n_ctx=64))
+    with pytest.raises(EngineError):
+        engine.add(Request(1, (1, 2, 3), **dict(dict(max_tokens=0), **fields)))
+    assert not engine.has_work

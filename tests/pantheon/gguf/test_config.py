@@ -29,3 +29,15 @@ def test_non_finite_or_mistyped_values_are_typed_refusals(key, value):
     with pytest.raises(GGUFError) as err:
         config_from_metadata(dict(BASE, **{key: value}))
     assert key.split(".")[-1] in str(err.value) or isinstance(err.value, AbsurdValue)
+
+
+@pytest.mark.parametrize("code, pooling", [(None, ""), (0, "none"), (1, "mean"), (2, "cls"), (3, "last"), (4, "rank")])
+def test_pooling_type_reads_llama_cpps_enum(code, pooling):
+    meta = BASE if code is None else dict(BASE, **{"llama.pooling_type": code})
+    assert config_from_metadata(meta).pooling == pooling
+
+
+@pytest.mark.parametrize("code", [5, -2, 1.5, "mean"])
+def test_an_unknown_pooling_type_is_a_typed_refusal(code):
+    with pytest.raises(AbsurdValue, match="pooling_type"):
+        config_from_metadata(dict(BASE, **{"llama.pooling_type": code}))

@@ -21,9 +21,9 @@ class CountingModel:
     def __getattr__(self, name):
         return getattr(self._model, name)
 
-    def forward(self, batch):
+    def forward(self, batch, hidden=()):
         self.fed.append([len(tokens) for _, tokens in batch])
-        return self._model.forward(batch)
+        return self._model.forward(batch, hidden=hidden)
 
 
 @pytest.fixture(scope="module")

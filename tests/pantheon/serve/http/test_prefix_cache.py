@@ -17,9 +17,9 @@ class Counting:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def forward(self, segments, all_logits=False):
+    def forward(self, segments, all_logits=False, hidden=()):
         self.forwarded += sum(len(t) for _, t in segments)
-        return self.model.forward(segments, all_logits)
+        return self.model.forward(segments, all_logits, hidden)
 
 
 @pytest.fixture(scope="module")
