@@ -31,7 +31,8 @@ class Kind(enum.IntEnum):
 
     SUBMIT = 1       # front -> supervisor -> die: a Job (routing header first)
     CANCEL = 2       # front -> supervisor -> die: stop request `rid`; empty, or one choice (u16) of it
-    TOKENS = 3       # die -> front: one token of one choice; seq = its index in that choice's completion
+    TOKENS = 3       # die -> front: one token of one choice; seq = its index in that choice's completion,
+                     # with the prompt tokens that choice took from a cache
     DONE = 4         # die -> front: one choice ended (a Finished record); die -> supervisor: the request
                      # ended (its final DONE), as a notice that its place is free
     ERROR = 5        # supervisor or die -> front: the request ended; an ErrorBody
@@ -73,7 +74,7 @@ _FLAG_THINK = 2
 _FLAG_INFILL = 4
 _EMBED_SHIFT = 3  # flag bits 3-5: 0 a generation, else 1 + the pooling's index in POOLINGS
 _DONE = struct.Struct("<BBHIII")  # reason, final, choice, prompt, cached, completion tokens
-_TOKEN = struct.Struct("<IH")  # token id, choice
+_TOKEN = struct.Struct("<IHI")  # token id, choice, prompt tokens served from a cache
 _CHOICE = struct.Struct("<H")
 _SCORE = struct.Struct("<dI")  # TOKENS after the token id: its logprob, then how many alternatives follow
 _ALT = struct.Struct("<Id")  # one alternative: token id, logprob
@@ -213,29 +214,29 @@ def continuation(job, sent):
 # ---- results and refusals
 
 
-def encode_token(token, scored=None, choice=0):
-    """TOKENS body: the id (u32) and its choice (u16), then with logprobs its logprob and the
-    alternatives (id, logprob)."""
-    body = _TOKEN.pack(token, choice)
+def encode_token(token, scored=None, choice=0, cached=0):
+    """TOKENS body: the id (u32), its choice (u16) and the choice's cached prompt tokens (u32), then
+    with logprobs its logprob and the alternatives (id, logprob)."""
+    body = _TOKEN.pack(token, choice, cached)
     if scored is None:
         return body
     return b"".join((body, _SCORE.pack(scored.logprob, len(scored.top)), *(_ALT.pack(t, lp) for t, lp in scored.top)))
 
 
 def decode_token(body):
-    """(token id, TokenLogprob or None, choice) of a TOKENS body."""
+    """(token id, TokenLogprob or None, choice, cached prompt tokens) of a TOKENS body."""
     if len(body) < _TOKEN.size:
         raise FrameError(f"TOKENS body of {len(body)} bytes < {_TOKEN.size}")
-    token, choice = _TOKEN.unpack_from(body)
+    token, choice, cached = _TOKEN.unpack_from(body)
     if len(body) == _TOKEN.size:
-        return token, None, choice
+        return token, None, choice, cached
     if len(body) < _TOKEN.size + _SCORE.size:
         raise FrameError(f"TOKENS body of {len(body)} bytes holds a partial logprob")
     logprob, k = _SCORE.unpack_from(body, _TOKEN.size)
     if len(body) != _TOKEN.size + _SCORE.size + k * _ALT.size:
         raise FrameError(f"TOKENS body of {len(body)} bytes does not hold {k} alternatives")
     top = tuple(_ALT.iter_unpack(body[_TOKEN.size + _SCORE.size:]))
-    return token, TokenLogprob(token, logprob, top), choice
+    return token, TokenLogprob(token, logprob, top), choice, cached
 
 
 def encode_done(reason, prompt_tokens, cached_tokens, completion_tokens, choice=0, final=True):

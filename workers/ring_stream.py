@@ -191,14 +191,15 @@ class RingStream:
         yield from self._end([c for c in attempt.choices if c in self.stopped], "abort")  # cancelled alone
 
     def _token(self, msg, attempt):
-        token, scored, i = protocol.decode_token(bytes(msg.payload))
+        token, scored, i, cached = protocol.decode_token(bytes(msg.payload))
         if i >= len(attempt.choices):
             return
         c = attempt.choices[i]
         seq = msg.seq + attempt.offsets[i]
         if seq == len(self.sent[c]) and c not in self.finished:
             self.sent[c].append(token)
-            yield Tokens((token,), seq, () if scored is None else (scored,), c)
+            n = len(self.job.prompt)  # a continuation's own prompt also holds the tokens already sent
+            yield Tokens((token,), seq, () if scored is None else (scored,), c, n, min(cached, n))
 
     def _embedding(self, msg):
         if not self.embedded:

@@ -176,8 +176,8 @@ class DieWorker:
         for ev in events:
             out = self.to_front[protocol.front_of(ev.id)]
             if isinstance(ev, TokenEvent):
-                out.send(Kind.TOKENS, ev.id, ev.index, protocol.encode_token(ev.token, ev.logprob, ev.choice),
-                         timeout=5.0)
+                body = protocol.encode_token(ev.token, ev.logprob, ev.choice, ev.cached)
+                out.send(Kind.TOKENS, ev.id, ev.index, body, timeout=5.0)
                 continue
             if isinstance(ev, EmbeddingEvent):
                 out.send(Kind.EMBEDDING, ev.id, 0, protocol.encode_embedding(ev.vector), timeout=5.0)

@@ -60,6 +60,7 @@ class TokenEvent:
     index: int
     logprob: Optional[TokenLogprob] = None  # when the request asked for logprobs
     choice: int = 0
+    cached: int = 0  # prompt tokens this choice took from a kept cache (known from its first token on)
 
 
 @dataclass(frozen=True, eq=False)
@@ -330,7 +331,7 @@ class Engine:
         seq.track(tok)
         seq.generated.append(tok)
         scored = None if seq.req.logprobs is None else token_logprob(raw, tok, seq.req.logprobs)
-        events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1, logprob=scored, choice=seq.choice)]
+        events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1, scored, seq.choice, seq.cached)]
         if grammar is not None:
             grammar.accept(tok)
             if grammar.finished:

@@ -54,7 +54,7 @@ class LocalStream:
                 more = self._backlog.popleft()
                 ids += more.ids
                 scores += more.logprobs
-            return Tokens(tuple(ids), item.seq, tuple(scores), item.choice)
+            return Tokens(tuple(ids), item.seq, tuple(scores), item.choice, item.prompt_tokens, item.cached_tokens)
         if isinstance(item, Exception):
             self._done = True
             raise item
@@ -200,7 +200,7 @@ class _Runner:
                 continue
             if not isinstance(ev, DoneEvent):
                 stream.events.put(Tokens((ev.token,), ev.index, () if ev.logprob is None else (ev.logprob,),
-                                         ev.choice))
+                                         ev.choice, len(stream.request.prompt), ev.cached))
                 continue
             if ev.reason == "error":
                 stream.events.put(GenerationFailed(ev.message or "generation failed"))

@@ -128,3 +128,17 @@ def test_embeddings_come_through_the_rings(server):
         ids = model.tokenizer.encode(text, add_special=True, parse_special=True)
         last = model.forward([(model.new_cache(64), ids)], hidden=[0])[0][-1].astype(np.float64)  # [dim]
         np.testing.assert_allclose(d.embedding, last / np.linalg.norm(last), atol=2e-5)
+
+
+def test_per_token_timings_through_the_rings_know_the_prompt_from_the_first_token(server):
+    """llama.cpp's web UI asks timings_per_token: the die's first TOKENS frame brings the cache count."""
+    body = {"model": "qwen2", "prompt": "Once upon a time " * 12, "max_tokens": 4, "temperature": 0,
+            "logit_bias": {"2": -100}, "stream": True, "timings_per_token": True}
+    for _ in range(2):  # the second time its leading blocks of 16 tokens are in the prefix cache
+        status, raw, _ = server.request("POST", "/v1/completions", body, timeout=300)
+        chunks = [json.loads(b[6:]) for b in raw.decode().split("\n\n") if b.startswith("data: {")]
+        assert status == 200 and len(chunks) >= 2
+        counts = {(c["timings"]["prompt_n"], c["timings"]["cache_n"]) for c in chunks}
+        assert len(counts) == 1
+    prompt_n, cache_n = counts.pop()
+    assert cache_n > 0 and prompt_n >= 1

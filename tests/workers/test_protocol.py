@@ -207,10 +207,11 @@ SCORED = st.builds(TokenLogprob, U32, logprob, st.lists(st.tuples(U32, logprob),
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.none() | SCORED, st.integers(0, 2**16 - 1))
-def test_token_round_trip_keeps_its_logprobs_and_choice(scored, choice):
+@given(st.none() | SCORED, st.integers(0, 2**16 - 1), U32)
+def test_token_round_trip_keeps_its_logprobs_choice_and_cache_count(scored, choice, cached):
     token = 7 if scored is None else scored.token
-    assert protocol.decode_token(protocol.encode_token(token, scored, choice)) == (token, scored, choice)
+    body = protocol.encode_token(token, scored, choice, cached)
+    assert protocol.decode_token(body) == (token, scored, choice, cached)
 
 
 def test_cancel_names_the_whole_request_or_one_choice():
@@ -222,7 +223,7 @@ def test_cancel_names_the_whole_request_or_one_choice():
 
 def test_a_token_body_cut_short_is_a_frame_error():
     body = protocol.encode_token(5, TokenLogprob(5, -0.5, ((5, -0.5), (9, -1.25))))
-    for cut in (3, 5, 7, len(body) - 1):
+    for cut in (3, 5, 7, 9, 11, len(body) - 1):
         with pytest.raises(FrameError):
             protocol.decode_token(body[:cut])
 

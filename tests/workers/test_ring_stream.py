@@ -171,3 +171,15 @@ def test_a_death_after_the_embedding_arrived_loses_nothing():
     died(stream, rid)
     assert list(events) == [Embedding((1.0,)), Finished("length", 3, 0, 0, 0)]
     assert len(backend.submits()) == 1
+
+
+def test_tokens_carry_the_prompt_and_cache_counts_the_die_reported():
+    """What per-token timings show before the DONE; a continuation's larger cache hit is cut to the prompt."""
+    backend, stream, rid, events = opened(n=1)
+    stream.events.put(Msg(Kind.TOKENS, rid, 0, protocol.encode_token(40, None, 0, 2)))
+    first = next(events)
+    assert (first.prompt_tokens, first.cached_tokens) == (3, 2)
+    died(stream, rid)
+    stream.events.put(Msg(Kind.TOKENS, rid + 1, 0, protocol.encode_token(41, None, 0, 4)))  # prompt + sent, cached
+    again = next(events)
+    assert again.ids == (41,) and (again.prompt_tokens, again.cached_tokens) == (3, 3)

@@ -122,6 +122,10 @@ class Tokens:
     seq: int
     logprobs: tuple = ()
     choice: int = 0
+    # the choice's prompt as its first token finds it: all its tokens, and those a kept cache served
+    # (what llama-server's per-token timings report; not part of what the event says about the ids)
+    prompt_tokens: int = field(default=0, compare=False)
+    cached_tokens: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ class Generation:
         self.scores, self.offsets = [], []
         self._chars = 0
         self.first_at = self.ended_at = None  # perf_counter of the first token and of the end
+        self.prompt_seen = None  # (prompt tokens, of them cached) as the first token reported them
         self._last = None
         self._newline = False  # the last Tokens event's text held a newline
 
@@ -94,6 +95,8 @@ class Generation:
                 self.recorder.itl(self.model, (now - self._last) / len(event.ids), len(event.ids))
         self._last = now
         self.first_at = self.first_at or now
+        if self.prompt_seen is None and event.prompt_tokens:
+            self.prompt_seen = (event.prompt_tokens, event.cached_tokens)
         self.tokens += len(event.ids)
         self.token_ids += event.ids
         if not event.logprobs:

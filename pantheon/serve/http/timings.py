@@ -21,13 +21,16 @@ def final(gens):
 
 def partial(gen):
     """What a stream chunk can tell while `gen` runs (llama-server's timings_per_token): the generation
-    so far and the time to its first token. The prompt and cache counts reach this process with the
-    end of the stream, so they are left to the last chunk's `final` object rather than guessed."""
+    so far, the time to its first token and, once that token has come with them, the prompt and cache
+    counts (before it they are not known here, and are left out rather than guessed)."""
     now = time.perf_counter()
     first = gen.first_at or now
     out = _rate("predicted", gen.tokens, (now - first) * 1000)
-    out["prompt_ms"] = (first - gen.started) * 1000
-    return out
+    prompt_ms = (first - gen.started) * 1000
+    if gen.prompt_seen is None:
+        return dict(out, prompt_ms=prompt_ms)
+    prompt, cached = gen.prompt_seen
+    return dict(out, cache_n=cached, **_rate("prompt", prompt - cached, prompt_ms))
 
 
 def _rate(kind, n, ms):

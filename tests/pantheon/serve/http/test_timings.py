@@ -42,14 +42,21 @@ def test_an_answer_without_tokens_is_all_prompt_time():
     assert out["prompt_ms"] == pytest.approx(400) and out["predicted_ms"] == 0 and out["predicted_n"] == 0
 
 
-def test_partial_tells_the_generation_so_far_and_no_prompt_counts():
+def test_partial_tells_the_generation_so_far_and_no_prompt_counts_before_the_first_token():
     now = time.perf_counter()
-    waiting = SimpleNamespace(started=now, first_at=None, tokens=0, usage=usage())
-    assert timings.partial(waiting)["predicted_n"] == 0 and timings.partial(waiting)["predicted_per_second"] == 0
-    running = SimpleNamespace(started=now - 1.0, first_at=now - 0.5, tokens=5, usage=usage())
+    waiting = SimpleNamespace(started=now, first_at=None, tokens=0, usage=usage(), prompt_seen=None)
+    out = timings.partial(waiting)
+    assert out["predicted_n"] == 0 and out["predicted_per_second"] == 0
+    assert "prompt_n" not in out and "cache_n" not in out
+
+
+def test_partial_has_the_prompt_counts_the_first_token_brought():
+    now = time.perf_counter()
+    running = SimpleNamespace(started=now - 1.0, first_at=now - 0.5, tokens=5, usage=usage(), prompt_seen=(30, 20))
     out = timings.partial(running)
-    assert out["predicted_n"] == 5 and out["prompt_ms"] == pytest.approx(500)
-    assert 400 < out["predicted_ms"] < 5000 and "prompt_n" not in out and "cache_n" not in out
+    assert out["predicted_n"] == 5 and out["prompt_ms"] == pytest.approx(500) and 400 < out["predicted_ms"] < 5000
+    assert set(out) == KEYS and (out["prompt_n"], out["cache_n"]) == (10, 20)
+    assert out["prompt_per_second"] == pytest.approx(20, rel=0.05)
 
 
 def events(text):
@@ -83,6 +90,8 @@ def test_the_webui_stream_has_timings_on_every_chunk_and_the_whole_object_last(q
     last = chunks[-1]
     assert last["choices"][0]["finish_reason"] == "length" and set(last["timings"]) == KEYS
     assert last["timings"]["predicted_n"] == 6
+    prompt = {(c["timings"]["prompt_n"], c["timings"]["cache_n"]) for c in content}  # from the first token on
+    assert prompt == {(last["timings"]["prompt_n"], last["timings"]["cache_n"])}
 
 
 def test_with_include_usage_the_timings_ride_the_usage_chunk(qwen):
