@@ -45,6 +45,7 @@ class Kind(enum.IntEnum):
     SLOT_FAILED = 12  # die -> supervisor: model slot (u16) could not be loaded, then the reason (UTF-8)
     FREE_CACHES = 13  # supervisor -> die: memory pressure, drop idle sessions' prefix caches; empty
     EMBEDDING = 14   # die -> front: an embedding job's pooled vector (float32 array), before its DONE
+    PROMPT_LOGPROBS = 15  # die -> front: scored prompt tokens (seq = the first one's position), before TOKENS
 
 
 class ErrorCode(enum.IntEnum):
@@ -68,7 +69,7 @@ QUEUED = 255  # Accepted.die of a request waiting for a free place
 MAX_DETAIL = 2000  # bytes of error detail text carried
 
 _ROUTE = struct.Struct("<HH4xQQ")  # slot, choices, session, prefix key: all the dispatcher reads of a job
-_JOB = struct.Struct("<qqqqQddddddIIIIIIqIq")
+_JOB = struct.Struct("<qqqqQddddddIIIIIIqIqq")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
 _FLAG_INFILL = 4
@@ -78,6 +79,7 @@ _TOKEN = struct.Struct("<IHI")  # token id, choice, prompt tokens served from a 
 _CHOICE = struct.Struct("<H")
 _SCORE = struct.Struct("<dI")  # TOKENS after the token id: its logprob, then how many alternatives follow
 _ALT = struct.Struct("<Id")  # one alternative: token id, logprob
+_SCORED = struct.Struct("<IdI")  # a scored prompt token: id, logprob, how many alternatives follow
 _ERROR = struct.Struct("<HxxdI")
 _ACCEPTED = struct.Struct("<B")
 _SLOT = struct.Struct("<H")
@@ -114,6 +116,7 @@ class Job:
     logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives come back
     n: int = 1  # choices sampled from one prompt prefill; each takes a place in the die's batch
     embed: Optional[str] = None  # an embedding job's pooling (pantheon.gguf.config.POOLINGS)
+    prompt_logprobs: Optional[int] = None  # None: none; k: each prompt token's logprob and k alternatives
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def encode_job(job):
             job.max_tokens, p.top_k, p.repeat_last_n, job.reasoning_budget, p.seed or 0, p.temperature, p.top_p,
             p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, *think, len(job.prompt),
             len(job.stop_ids), len(bias), flags, job.grammar_replay, len(grammar),
-            -1 if job.logprobs is None else job.logprobs)
+            -1 if job.logprobs is None else job.logprobs, -1 if job.prompt_logprobs is None else job.prompt_logprobs)
         ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias)))
     except (struct.error, OverflowError, TypeError) as e:
         raise InvalidParameter(f"a request value does not fit the wire format: {e}", None) from None
@@ -177,7 +180,8 @@ def decode_job(body):
     if len(body) < _ROUTE.size + _JOB.size:
         raise FrameError(f"SUBMIT body of {len(body)} bytes < {_ROUTE.size + _JOB.size}")
     (max_tokens, top_k, last_n, budget, seed, temperature, top_p, min_p, repeat, presence, frequency,
-     t_open, t_close, n_prompt, n_stop, n_bias, flags, replay, n_grammar, logprobs) = _JOB.unpack_from(body, _ROUTE.size)
+     t_open, t_close, n_prompt, n_stop, n_bias, flags, replay, n_grammar, logprobs, prompt_lp) = _JOB.unpack_from(
+        body, _ROUTE.size)
     start = _ROUTE.size + _JOB.size
     n_ids = n_prompt + n_stop + n_bias
     end_bias = start + n_ids * _U32 + n_bias * 8
@@ -197,7 +201,7 @@ def decode_job(body):
                             infill=bool(flags & _FLAG_INFILL))
     return Job(route.slot, tuple(ids[:n_prompt]), max_tokens, params, tuple(ids[n_prompt:n_prompt + n_stop]),
                route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
-               None if logprobs < 0 else logprobs, route.n, _embed_of(flags))
+               None if logprobs < 0 else logprobs, route.n, _embed_of(flags), None if prompt_lp < 0 else prompt_lp)
 
 
 def one_choice(job, choice):
@@ -206,9 +210,10 @@ def one_choice(job, choice):
 
 
 def continuation(job, sent):
-    """The job resubmitted after its worker died: the prompt extended by the tokens already delivered."""
+    """The job resubmitted after its worker died: the prompt extended by the tokens already delivered
+    (the prompt's logprobs, asked for, were delivered before the first of them)."""
     return dataclasses.replace(job, prompt=job.prompt + tuple(sent), max_tokens=job.max_tokens - len(sent),
-                               grammar_replay=len(sent))
+                               grammar_replay=len(sent), prompt_logprobs=None)
 
 
 # ---- results and refusals
@@ -252,6 +257,29 @@ def decode_done(body):
     if reason >= len(REASONS):
         raise FrameError(f"DONE reason {reason} unknown")
     return Finished(REASONS[reason], prompt, cached, completion, choice), bool(final)
+
+
+def encode_prompt_scores(scores):
+    """PROMPT_LOGPROBS body: per scored prompt token its id, logprob and alternatives (id, logprob)."""
+    return b"".join(b"".join((_SCORED.pack(s.token, s.logprob, len(s.top)), *(_ALT.pack(t, lp) for t, lp in s.top)))
+                    for s in scores)
+
+
+def decode_prompt_scores(body):
+    """The TokenLogprobs of a PROMPT_LOGPROBS body, in order."""
+    out, at = [], 0
+    while at < len(body):
+        if len(body) - at < _SCORED.size:
+            raise FrameError(f"PROMPT_LOGPROBS body of {len(body)} bytes ends inside an entry")
+        token, logprob, k = _SCORED.unpack_from(body, at)
+        at += _SCORED.size + k * _ALT.size
+        if at > len(body):
+            raise FrameError(f"PROMPT_LOGPROBS body of {len(body)} bytes does not hold {k} alternatives")
+        top = tuple(_ALT.iter_unpack(body[at - k * _ALT.size:at]))
+        out.append(TokenLogprob(token, logprob, top))
+    if not out:
+        raise FrameError("PROMPT_LOGPROBS body holds no entry")
+    return tuple(out)
 
 
 def encode_embedding(vector):

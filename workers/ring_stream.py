@@ -5,7 +5,8 @@ import queue
 import time
 
 from ipc.errors import FrameError
-from pantheon.serve.http.backend import Embedding, Finished, GenerationFailed, Overloaded, Tokens, Unavailable
+from pantheon.serve.http.backend import (Embedding, Finished, GenerationFailed, Overloaded, PromptLogprobs, Tokens,
+                                         Unavailable)
 from workers import protocol
 from workers.protocol import ErrorCode, Kind
 
@@ -54,6 +55,7 @@ class RingStream:
         self.cancelled = False
         self.replica = None
         self.embedded = False  # an embedding job's vector was delivered
+        self.scored = 1  # the prompt position of the next prompt logprob to deliver (nothing scores the first)
         self._early = []
 
     def submit(self, choices=None, deaths=0, recover_until=0.0):
@@ -172,6 +174,8 @@ class RingStream:
                 yield from self._token(msg, attempt)
             elif msg.kind == Kind.EMBEDDING:
                 yield from self._embedding(msg)
+            elif msg.kind == Kind.PROMPT_LOGPROBS:
+                yield from self._prompt_scores(msg)
             elif msg.kind == Kind.ACCEPTED:
                 self._note_replica(msg)
             elif msg.kind == Kind.DONE:
@@ -200,6 +204,14 @@ class RingStream:
             self.sent[c].append(token)
             n = len(self.job.prompt)  # a continuation's own prompt also holds the tokens already sent
             yield Tokens((token,), seq, () if scored is None else (scored,), c, n, min(cached, n))
+
+    def _prompt_scores(self, msg):
+        """Scored prompt tokens not delivered yet (a job resubmitted whole scores its prompt again)."""
+        scores = protocol.decode_prompt_scores(bytes(msg.payload))
+        skip = self.scored - msg.seq
+        if 0 <= skip < len(scores):
+            self.scored += len(scores) - skip
+            yield PromptLogprobs(msg.seq + skip, scores[skip:])
 
     def _embedding(self, msg):
         if not self.embedded:

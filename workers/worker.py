@@ -10,7 +10,7 @@ import traceback
 
 from ipc.errors import FrameError
 from pantheon.engine.model import open_model
-from pantheon.engine.scheduler import EmbeddingEvent, Engine, EngineConfig, Request, TokenEvent
+from pantheon.engine.scheduler import EmbeddingEvent, Engine, EngineConfig, PromptLogprobsEvent, Request, TokenEvent
 from pantheon.engine.warmup import warm_up
 from pantheon.errors import PantheonError, UnsupportedDevice
 from pantheon.serve.environment import Operations
@@ -159,7 +159,7 @@ class DieWorker:
             engine.add(Request(msg.request_id, job.prompt, job.max_tokens, job.params, frozenset(job.stop_ids),
                                session=job.session or None, reasoning_budget=job.reasoning_budget,
                                think_ids=job.think_ids, constraint=_constraint(engine, job), logprobs=job.logprobs,
-                               n=job.n, embed=job.embed))
+                               n=job.n, embed=job.embed, prompt_logprobs=job.prompt_logprobs))
         except (PantheonError, FrameError, KeyError, ValueError) as e:
             self._fail(msg.request_id, ErrorCode.BAD_REQUEST, str(e))
             return
@@ -181,6 +181,9 @@ class DieWorker:
                 continue
             if isinstance(ev, EmbeddingEvent):
                 out.send(Kind.EMBEDDING, ev.id, 0, protocol.encode_embedding(ev.vector), timeout=5.0)
+                continue
+            if isinstance(ev, PromptLogprobsEvent):
+                out.send(Kind.PROMPT_LOGPROBS, ev.id, ev.start, protocol.encode_prompt_scores(ev.scores), timeout=5.0)
                 continue
             if ev.reason == "error":
                 self._fail(ev.id, ErrorCode.INTERNAL, ev.message or "the engine failed on this request")

@@ -37,19 +37,19 @@ class Model(ModelText):
         cache = KVCache(self.config, max(len(tokens), 1), initial=len(tokens))
         return self.forward([(cache, tokens)], all_logits=True)[0]
 
-    def forward(self, segments, all_logits=False, hidden=()):
+    def forward(self, segments, all_logits=False, hidden=(), every=()):
         """Extend each (cache, new token ids) segment; one pass over the weights for all of them.
 
-        Returns per segment float32 [len(ids), n_vocab] if all_logits, else [1, n_vocab] (last position);
-        segments whose index is in `hidden` get their final normed hidden states [len(ids), dim] instead
-        (what an embedding is pooled from: the output head is not run for them).
+        Returns per segment float32 [len(ids), n_vocab] if all_logits (or its index is in `every`), else
+        [1, n_vocab] (last position); segments whose index is in `hidden` get their final normed hidden
+        states [len(ids), dim] instead (what an embedding is pooled from: the output head is not run for them).
         """
         segs = [(c, np.asarray(t, dtype=np.int64)) for c, t in segments]
         for cache, toks in segs:
             cache.reserve(len(toks))
         with self.threads:
             x = self._layers(segs)  # [N, dim]
-            out = self._head(x, segs, all_logits, frozenset(hidden))
+            out = self._head(x, segs, all_logits, frozenset(hidden), frozenset(every))
         for cache, toks in segs:
             cache.tokens.extend(int(t) for t in toks)
         return out
@@ -68,7 +68,7 @@ class Model(ModelText):
             x += self._ffn(blk, h)  # [N, dim]
         return x
 
-    def _head(self, x, segs, all_logits, hidden):
+    def _head(self, x, segs, all_logits, hidden, every):
         ends = np.cumsum([len(t) for _, t in segs])  # [segments]
         spans = [(e - len(t), e) for (_, t), e in zip(segs, ends)]
         out = [None] * len(segs)
@@ -77,7 +77,8 @@ class Model(ModelText):
         heads = [i for i in range(len(segs)) if i not in hidden]
         if not heads:
             return out
-        picks = [np.arange(*spans[i]) if all_logits else np.array([spans[i][1] - 1]) for i in heads]  # rows each
+        picks = [np.arange(*spans[i]) if all_logits or i in every else np.array([spans[i][1] - 1])
+                 for i in heads]  # rows each
         h = rms_norm(x[np.concatenate(picks)], self.weights.output_norm, self.config.norm_eps)  # [rows, dim]
         logits = qmatmul([self.weights.output], np.ascontiguousarray(h))[0]  # [rows, n_vocab]
         for i, part in zip(heads, np.split(logits, np.cumsum([len(p) for p in picks])[:-1])):

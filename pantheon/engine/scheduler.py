@@ -8,8 +8,8 @@ from typing import Optional
 import numpy as np
 
 from pantheon.errors import ContextOverflow, EngineError
-from pantheon.gguf.config import POOLINGS
 from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
+from pantheon.engine.pooling import Pool
 from pantheon.engine.prefix import PrefixStore
 from pantheon.engine.sampler import Sampler, SamplingParams
 from pantheon.engine.sizes import PREFILL_CHUNK
@@ -51,6 +51,9 @@ class Request:
     # None: a generation; a pooling in POOLINGS: an embedding (max_tokens 0): the prompt's final normed
     # hidden states pooled into one EmbeddingEvent, then a DoneEvent, nothing sampled
     embed: Optional[str] = None
+    # None: no prompt logprobs; k in 0..MAX_TOP: each prompt token after the first is scored as it is
+    # computed (PromptLogprobsEvents, before the first token): OpenAI's echo with logprobs
+    prompt_logprobs: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,13 @@ class TokenEvent:
     logprob: Optional[TokenLogprob] = None  # when the request asked for logprobs
     choice: int = 0
     cached: int = 0  # prompt tokens this choice took from a kept cache (known from its first token on)
+
+
+@dataclass(frozen=True)
+class PromptLogprobsEvent:
+    id: int
+    start: int  # the prompt position of the first scored token (>= 1: nothing predicts the first)
+    scores: tuple  # TokenLogprob per prompt token from `start` on, from the logits before it
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,21 +110,7 @@ class _Sequence:
         self.pos = cached
         self.generated = []
         self.thinking, self.think_count = _thinking_at_end(req.prompt, req.think_ids), 0
-        self.pooled = None  # an embedding's running pool: float64 [dim] (the sum for mean, else the row)
-
-    def pool(self, rows):
-        """Fold this step's normed hidden states [len(chunk), dim] into the request's pooling."""
-        how = self.req.embed
-        if how == "mean":
-            total = rows.sum(axis=0, dtype=np.float64)  # [dim]
-            self.pooled = total if self.pooled is None else self.pooled + total
-        elif how == "last" or self.pooled is None:  # cls: the first chunk's first row, once
-            self.pooled = rows[-1 if how == "last" else 0].astype(np.float64)  # [dim]
-
-    def embedding(self):
-        """float32 [dim]: the pooled vector once the whole prompt has run."""
-        scale = len(self.req.prompt) if self.req.embed == "mean" else 1
-        return (self.pooled / scale).astype(np.float32)  # [dim]
+        self.pool = Pool(req.embed) if req.embed is not None else None  # an embedding's pooling
 
     def forced_token(self):
         """</think> once the reasoning budget is spent inside a think block, else None."""
@@ -150,9 +146,9 @@ class _Sequence:
 
 def _check_embedding(req):
     """EngineError unless `req` is a well-formed embedding request."""
-    if req.embed not in POOLINGS:
-        raise EngineError(f"embed must be one of {', '.join(POOLINGS)}, got {req.embed!r}")
-    if req.max_tokens != 0 or req.n != 1 or req.constraint is not None or req.logprobs is not None:
+    Pool(req.embed)
+    if req.max_tokens != 0 or req.n != 1 or req.constraint is not None or (req.logprobs, req.prompt_logprobs) != (
+            None, None):
         raise EngineError("an embedding request generates nothing: max_tokens 0, n 1, no grammar, no logprobs")
 
 
@@ -181,8 +177,10 @@ class Engine:
             raise EngineError(f"max_tokens must be at least 0, got {req.max_tokens}")
         if req.embed is not None:
             _check_embedding(req)
-        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_TOP:
-            raise EngineError(f"logprobs must be in 0..{MAX_TOP}, got {req.logprobs}")
+        for name in ("logprobs", "prompt_logprobs"):
+            k = getattr(req, name)
+            if k is not None and not 0 <= k <= MAX_TOP:
+                raise EngineError(f"{name} must be in 0..{MAX_TOP}, got {k}")
         if not 1 <= req.n <= self.config.max_batch:
             raise EngineError(f"n must be between 1 and {self.config.max_batch} (the sequences this model "
                               f"decodes together), got {req.n}")
@@ -238,8 +236,8 @@ class Engine:
     def _cache_for(self, req):
         """(cache, tokens already in it): the session's own cache cut to the common prefix, else a copy of
         the longest kept prefix, else a new cache; at least one prompt token is left to run."""
-        if req.embed in ("mean", "cls"):
-            return self._new_cache(), 0  # these pool over the first token on: every row must run
+        if req.embed in ("mean", "cls") or req.prompt_logprobs is not None:
+            return self._new_cache(), 0  # these read every position's output: every row must run
         cache = self.store.take_session(req.session) if req.session is not None else None
         if cache is not None:
             keep = min(cache.common_prefix(req.prompt), len(req.prompt) - 1)
@@ -290,12 +288,11 @@ class Engine:
             toks, last = seq.next_input(max(budget, 1))
             budget -= len(toks) if len(toks) > 1 else 0
             plan.append((seq, toks, last))
-        segments = [(s.cache, t) for s, t, _ in plan]
-        hidden = [i for i, (s, _, _) in enumerate(plan) if s.req.embed is not None]
-        # only embedding steps ask for hidden states: a model that never embeds need not know the keyword
-        logits = self.model.forward(segments, hidden=hidden) if hidden else self.model.forward(segments)
+        logits = self._forward(plan)
         events = []
         for (seq, toks, last), row in zip(plan, logits):
+            if seq.req.prompt_logprobs is not None and seq.pos < len(seq.req.prompt):
+                events += self._prompt_scores(seq, row)
             if seq.pos < len(seq.req.prompt):
                 seq.pos += len(toks)
                 self.prefilled += len(toks)
@@ -308,12 +305,29 @@ class Engine:
                     events += self._emit(s, row[-1]) if s.key in self.running else []
         return events
 
+    def _forward(self, plan):
+        """One forward over the plan; only steps that need them ask for hidden states or every row's
+        logits (a model that never embeds or scores a prompt need not know those keywords)."""
+        segments = [(s.cache, t) for s, t, _ in plan]
+        wants = {"hidden": [i for i, (s, _, _) in enumerate(plan) if s.req.embed is not None],
+                 "every": [i for i, (s, _, _) in enumerate(plan)
+                           if s.req.prompt_logprobs is not None and s.pos < len(s.req.prompt)]}
+        return self.model.forward(segments, **{k: v for k, v in wants.items() if v})
+
+    def _prompt_scores(self, seq, rows):
+        """The chunk's prompt tokens scored by the logits before each (rows [len(chunk), n_vocab] at
+        positions pos..): each row predicts the next prompt token, the prompt's last row none."""
+        prompt, start = seq.req.prompt, seq.pos + 1
+        scores = tuple(token_logprob(row, prompt[p], seq.req.prompt_logprobs)
+                       for p, row in zip(range(start, len(prompt)), rows))
+        return [PromptLogprobsEvent(seq.req.id, start, scores)] if scores else []
+
     def _embed(self, seq, rows, last):
         """Pool this step's rows; after the prompt's last chunk the vector goes out and the request ends."""
-        seq.pool(rows)
+        seq.pool.add(rows)
         if not last or seq.key not in self.running:
             return []
-        return [EmbeddingEvent(seq.req.id, seq.embedding())] + self._finish(seq, "stop")
+        return [EmbeddingEvent(seq.req.id, seq.pool.vector())] + self._finish(seq, "stop")
 
     def _emit(self, seq, logits):
         raw = logits  # logprobs are the model's own distribution, before any mask or bias

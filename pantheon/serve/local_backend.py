@@ -7,11 +7,11 @@ import threading
 import time
 from collections import deque
 
-from pantheon.engine.scheduler import DoneEvent, EmbeddingEvent, Engine, EngineConfig, Request
+from pantheon.engine.scheduler import DoneEvent, EmbeddingEvent, Engine, EngineConfig, PromptLogprobsEvent, Request
 from pantheon.errors import EngineError
 from pantheon.serve import core
-from pantheon.serve.http.backend import (Embedding, Finished, GenerationFailed, ModelInfo, Overloaded, Tokens,
-                                         UnknownModel, Unavailable)
+from pantheon.serve.http.backend import (Embedding, Finished, GenerationFailed, ModelInfo, Overloaded,
+                                         PromptLogprobs, Tokens, UnknownModel, Unavailable)
 from pantheon.serve.metrics import Layout, Recorder
 from pantheon.text.grammar import Constraint
 
@@ -58,8 +58,9 @@ class LocalStream:
         if isinstance(item, Exception):
             self._done = True
             raise item
-        self._ended += 1
-        self._done = self._ended == self.request.n
+        if isinstance(item, Finished):
+            self._ended += 1
+            self._done = self._ended == self.request.n
         return item
 
     def cancel(self, choice=None):
@@ -197,6 +198,9 @@ class _Runner:
                 continue
             if isinstance(ev, EmbeddingEvent):
                 stream.events.put(Embedding(tuple(ev.vector.tolist())))
+                continue
+            if isinstance(ev, PromptLogprobsEvent):
+                stream.events.put(PromptLogprobs(ev.start, ev.scores))
                 continue
             if not isinstance(ev, DoneEvent):
                 stream.events.put(Tokens((ev.token,), ev.index, () if ev.logprob is None else (ev.logprob,),

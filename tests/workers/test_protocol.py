@@ -48,7 +48,8 @@ SAMPLING = {
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).
 REQUEST_TO_JOB = {"model": "slot", "prompt": "prompt", "max_tokens": "max_tokens", "sampling": "params",
                   "stop_ids": "stop_ids", "session": "session", "reasoning_budget": "reasoning_budget",
-                  "grammar": "grammar", "logprobs": "logprobs", "n": "n", "embed": "embed"}
+                  "grammar": "grammar", "logprobs": "logprobs", "n": "n", "embed": "embed",
+                  "prompt_logprobs": "prompt_logprobs"}
 
 def _bounded(kw):
     """The infill sampler only with a top_k it accepts (SamplingParams refuses the rest)."""
@@ -70,6 +71,7 @@ jobs = st.builds(
     logprobs=st.one_of(st.none(), st.integers(0, 20)),
     n=st.integers(1, 2**16 - 1),
     embed=st.one_of(st.none(), st.sampled_from(POOLINGS)),
+    prompt_logprobs=st.one_of(st.none(), st.integers(0, 20)),
 )
 
 
@@ -212,6 +214,19 @@ def test_token_round_trip_keeps_its_logprobs_choice_and_cache_count(scored, choi
     token = 7 if scored is None else scored.token
     body = protocol.encode_token(token, scored, choice, cached)
     assert protocol.decode_token(body) == (token, scored, choice, cached)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(SCORED, min_size=1, max_size=30))
+def test_prompt_scores_round_trip(scores):
+    assert protocol.decode_prompt_scores(protocol.encode_prompt_scores(scores)) == tuple(scores)
+
+
+def test_a_broken_prompt_scores_body_is_refused():
+    body = protocol.encode_prompt_scores([TokenLogprob(5, -0.5, ((5, -0.5), (9, -1.25)))])
+    for cut in (0, 3, 15, len(body) - 1):
+        with pytest.raises(FrameError, match="PROMPT_LOGPROBS"):
+            protocol.decode_prompt_scores(body[:cut])
 
 
 def test_cancel_names_the_whole_request_or_one_choice():

@@ -183,3 +183,26 @@ def test_tokens_carry_the_prompt_and_cache_counts_the_die_reported():
     stream.events.put(Msg(Kind.TOKENS, rid + 1, 0, protocol.encode_token(41, None, 0, 4)))  # prompt + sent, cached
     again = next(events)
     assert again.ids == (41,) and (again.prompt_tokens, again.cached_tokens) == (3, 3)
+
+
+def test_prompt_logprobs_of_a_job_resubmitted_whole_are_not_delivered_twice():
+    from pantheon.engine.logprobs import TokenLogprob
+    from pantheon.serve.http.backend import PromptLogprobs
+
+    backend = FakeBackend()
+    stream = RingStream(backend, Job(0, PROMPT, 2, SamplingParams(), prompt_logprobs=0))
+    rid = stream.submit()
+    stream.events.put(Msg(Kind.ACCEPTED, rid, 0, protocol.encode_accepted(0)))
+    stream.wait_accepted()
+    events = iter(stream)
+    two, three = TokenLogprob(2, -1.0, ()), TokenLogprob(3, -2.0, ())
+    stream.events.put(Msg(Kind.PROMPT_LOGPROBS, rid, 1, protocol.encode_prompt_scores([two])))
+    died(stream, rid)
+    stream.events.put(Msg(Kind.PROMPT_LOGPROBS, rid + 1, 1, protocol.encode_prompt_scores([two, three])))
+    token(stream, rid + 1, 0, 40)
+    done(stream, rid + 1, n=1)
+    assert list(events) == [PromptLogprobs(1, (two,)), PromptLogprobs(2, (three,)), Tokens((40,), 0, (), 0),
+                            Finished("length", 3, 0, 1, 0)]
+    assert [job.prompt_logprobs for _, job in backend.submits()] == [0, 0]
+    # after a token, a continuation does not ask again: the prompt's logprobs came before that token
+    assert protocol.continuation(stream.job, [40]).prompt_logprobs is None

@@ -65,6 +65,22 @@ def test_logprobs_over_the_rings_equal_log_softmax_of_the_models_logits(client):
     np.testing.assert_allclose([e.logprob for e in pieces], [e.logprob for e in content], atol=TOL)
 
 
+def test_echo_with_logprobs_over_the_rings_scores_the_prompt(client):
+    """The die scores every prompt token (PROMPT_LOGPROBS frames) before its first token."""
+    tokens, ref = reference(2)
+    model = pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
+    rows = np.asarray(model.logits(PROMPT)[:-1], np.float64)  # [3, n_vocab] row i predicts PROMPT[i + 1]
+    rows -= rows.max(1, keepdims=True)
+    rows -= np.log(np.exp(rows).sum(1, keepdims=True))
+    for _ in range(2):  # the second time a kept cache holds the prompt: it is not used, its logits are gone
+        out = client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=2, temperature=0,
+                                        logit_bias=NO_EOS, logprobs=1, echo=True)
+        lp = out.choices[0].logprobs
+        assert lp.token_logprobs[0] is None and len(lp.tokens) == len(PROMPT) + 2
+        np.testing.assert_allclose(lp.token_logprobs[1:4], [rows[i, t] for i, t in enumerate(PROMPT[1:])], atol=TOL)
+        np.testing.assert_allclose(lp.token_logprobs[4:], [ref[i, t] for i, t in enumerate(tokens)], atol=TOL)
+
+
 def test_a_list_of_prompts_over_the_rings(client):
     prompts = [PROMPT, "Once upon a time"]
     out = client.completions.create(model="qwen2", prompt=prompts, max_tokens=3, temperature=0, logit_bias=NO_EOS,

@@ -94,26 +94,27 @@ class GpuModel(ModelText):
         cache = self.new_cache(max(len(tokens), 1) if self.pool is None else None)
         return self.forward([(cache, tokens)], all_logits=True)[0]
 
-    def forward(self, segments, all_logits=False, hidden=()):
-        """Extend each (cache, new token ids) segment; per segment float32 [len(ids), n_vocab] if all_logits,
-        else [1, n_vocab] (its last position); a segment whose index is in `hidden` gets its final normed
-        hidden states [len(ids), dim] instead (an embedding's input: no output head for it)."""
+    def forward(self, segments, all_logits=False, hidden=(), every=()):
+        """Extend each (cache, new token ids) segment; per segment float32 [len(ids), n_vocab] if all_logits
+        (or its index is in `every`), else [1, n_vocab] (its last position); a segment whose index is in
+        `hidden` gets its final normed hidden states [len(ids), dim] instead (an embedding's input: no
+        output head for it)."""
         segs = [(c, np.asarray(t, dtype=np.int32)) for c, t in segments]
         for cache, toks in segs:
             cache.reserve(len(toks))
         ids = np.concatenate([t for _, t in segs])  # [N]
         pos = np.concatenate([np.arange(len(c), len(c) + len(t), dtype=np.int32) for c, t in segs])  # [N]
         slot = np.concatenate([np.full(len(t), c.slot, np.int32) for c, t in segs])  # [N]
-        if self.graphs and not all_logits and not hidden and len(ids) == len(segs) <= MAX_BATCH:
+        if self.graphs and not (all_logits or hidden or every) and len(ids) == len(segs) <= MAX_BATCH:
             out = self._plan(len(ids)).run(ids, pos, slot)  # [n, n_vocab] a decode step
             out = [out[i:i + 1] for i in range(len(segs))]
         else:
-            out = self._outputs(segs, self._run(ids, pos, slot), all_logits, frozenset(hidden))
+            out = self._outputs(segs, self._run(ids, pos, slot), all_logits, frozenset(hidden), frozenset(every))
         for cache, toks in segs:
             cache.tokens.extend(int(t) for t in toks)
         return out
 
-    def _outputs(self, segs, ran, all_logits, hidden):
+    def _outputs(self, segs, ran, all_logits, hidden, every):
         """Per segment: logits rows through the head, `hidden` segments' rows through the final norm."""
         last, x = ran
         ends = np.cumsum([len(t) for _, t in segs])  # [segments]
@@ -122,7 +123,8 @@ class GpuModel(ModelText):
         for i in hidden:
             out[i] = self._normed(last, x, np.arange(*spans[i], dtype=np.int32))  # [n, dim]
         heads = [i for i in range(len(segs)) if i not in hidden]
-        picks = [np.arange(*spans[i]) if all_logits else np.array([spans[i][1] - 1]) for i in heads]  # rows each
+        picks = [np.arange(*spans[i]) if all_logits or i in every else np.array([spans[i][1] - 1])
+                 for i in heads]  # rows each
         if heads:
             logits = self._head(last, x, np.concatenate(picks).astype(np.int32))  # [rows, n_vocab]
             for i, part in zip(heads, np.split(logits, np.cumsum([len(p) for p in picks])[:-1])):

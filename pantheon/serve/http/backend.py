@@ -104,6 +104,16 @@ class GenerationRequest:
     logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives
     n: int = 1  # choices sampled from one prompt prefill (choice i with seed + i)
     embed: Optional[str] = None  # a pooling (pantheon.gguf.config.POOLINGS): an embedding, max_tokens 0
+    prompt_logprobs: Optional[int] = None  # None: none; k: each prompt token's logprob and k alternatives
+
+
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """Scored prompt tokens (pantheon.engine.logprobs.TokenLogprob each), the first at prompt position
+    `start` (>= 1); they all come before the first Tokens."""
+
+    start: int
+    scores: tuple
 
 
 @dataclass(frozen=True)
@@ -141,7 +151,7 @@ class Stream(Protocol):
     """Events of one generation, its choices interleaved; iterating may raise BackendError (e.g.
     GenerationFailed). Iteration is resumable: a consumer that stops and iterates again gets the rest."""
 
-    def __iter__(self) -> Iterator[Union[Tokens, Embedding, Finished]]: ...
+    def __iter__(self) -> Iterator[Union[Tokens, PromptLogprobs, Embedding, Finished]]: ...
 
     def cancel(self, choice=None) -> None:
         """Stop the generation, or only its choice `choice` (a stop string matched there); each choice

@@ -21,7 +21,9 @@ class Choice:
     output: object = None  # chat: the parser splitting content, reasoning and tool calls; None for text
     echo: str = ""
     spell: object = None  # a logprobs.TokenText when logprobs were asked for, else None
+    prompt_ids: tuple = ()  # with echo and logprobs: the prompt, whose logprobs lead the choice's
     _sent: int = field(default=0, repr=False)  # scores already sent in stream chunks
+    _echoed: bool = field(default=False, repr=False)  # the scored echo went out in a stream chunk
 
     @property
     def reason(self):
@@ -34,10 +36,19 @@ class Choice:
         """This choice's logprobs object for `scores` (default: all of them), or None when not asked."""
         if self.spell is None:
             return None
-        scores = self.gen.scores if scores is None else scores
+        whole = scores is None
+        scores = self.gen.scores if whole else scores
         if chat:
             return shapes_lp.chat_logprobs(self.spell, scores)
-        return shapes_lp.completion_logprobs(self.spell, scores, self.gen.offsets if offsets is None else offsets)
+        shift = len(self.echo)  # a completion's offsets count from the start of the text, echo included
+        offsets = [o + shift for o in (self.gen.offsets if offsets is None else offsets)]
+        out = shapes_lp.completion_logprobs(self.spell, scores, offsets)
+        return shapes_lp.joined(self.echo_logprobs(), out) if whole and self.prompt_ids else out
+
+    def echo_logprobs(self):
+        """The echoed prompt's logprobs (text_completion's shape), as the die scored it."""
+        offsets = shapes_lp.text_offsets(self.spell.tokenizer, self.prompt_ids, len(self.echo))
+        return shapes_lp.echoed_logprobs(self.spell, self.prompt_ids, self.gen.prompt_scores, offsets)
 
     def new_logprobs(self, chat):
         """The logprobs of tokens not yet sent in a chunk (None when there are none or none were asked)."""
@@ -64,9 +75,10 @@ def chunks(env, choice):
     chat, i = env.chat, choice.index
     if chat:
         yield env.chunk("", role="assistant", index=i)
-    if choice.echo:
+    if choice.echo and not choice.prompt_ids:
         yield env.chunk(choice.echo, index=i)
     for text in choice.gen.pieces():
+        yield from _scored_echo(env, choice)
         if choice.output is None:
             yield _timed(env, choice, env.chunk(text, index=i, logprobs=choice.new_logprobs(chat)))
             continue
@@ -75,11 +87,20 @@ def chunks(env, choice):
     if choice.output is not None:
         for delta in choice.output.finish():
             yield _timed(env, choice, env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat)))
+    yield from _scored_echo(env, choice)
     if choice.gen.finish_reason != "abort":
         last = env.chunk(None if chat else "", choice.reason, index=i, logprobs=choice.new_logprobs(chat))
         if not env.include_usage:  # as llama-server: the timings ride the usage chunk when there is one
             last["timings"] = timings.final([choice.gen])
         yield last
+
+
+def _scored_echo(env, choice):
+    """An echo whose logprobs were asked for goes out once, with them: before the first piece of text or
+    the end (the die scores the prompt before its first token, so by then every score has come)."""
+    if choice.prompt_ids and not choice._echoed:
+        choice._echoed = True
+        yield env.chunk(choice.echo, index=choice.index, logprobs=choice.echo_logprobs())
 
 
 def _timed(env, choice, chunk):

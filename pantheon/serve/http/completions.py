@@ -56,7 +56,8 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
                            f"sequences it decodes together: --batch-slots), got {parsed.n}", param="n")
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
                              frozenset(served.tokenizer.stop_ids), session, grammar=grammar,
-                             logprobs=parsed.logprobs, n=parsed.n)
+                             logprobs=parsed.logprobs, n=parsed.n,
+                             prompt_logprobs=parsed.logprobs if parsed.echo else None)
 
 
 def _banned_eos(parsed, stop_ids):
@@ -141,7 +142,8 @@ class _GenerateResource:
                                      self.options.recorder, served.name, started, self.options.watch,
                                      parsed.predict_limit, parsed.min_indent)
                     output = plan.output if k == 0 else copy.deepcopy(plan.output)  # a parser per choice
-                    picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell))
+                    scored = tuple(plan.ids) if request.prompt_logprobs is not None else ()
+                    picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell, scored))
         except BaseException:
             for c in picks:
                 c.gen.cancel()

@@ -3,7 +3,7 @@
 import time
 
 from pantheon.text.detokenize import Detokenizer
-from pantheon.serve.http.backend import Finished, GenerationFailed, Tokens
+from pantheon.serve.http.backend import Finished, GenerationFailed, PromptLogprobs, Tokens
 from pantheon.serve.http.indent import IndentLimit
 from pantheon.serve.http.shapes import usage
 from pantheon.serve.http.stops import StopMatcher
@@ -37,6 +37,7 @@ class Generation:
         self._chars = 0
         self.first_at = self.ended_at = None  # perf_counter of the first token and of the end
         self.prompt_seen = None  # (prompt tokens, of them cached) as the first token reported them
+        self.prompt_scores = []  # with prompt logprobs asked for: a TokenLogprob per prompt token from the second
         self._last = None
         self._newline = False  # the last Tokens event's text held a newline
 
@@ -69,6 +70,8 @@ class Generation:
                 if reason is not None:
                     self._drain(reason)
                     return
+            elif isinstance(event, PromptLogprobs):
+                self.prompt_scores += event.scores
             elif isinstance(event, Finished):
                 text = self._finish(event)
                 if text:

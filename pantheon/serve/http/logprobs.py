@@ -2,6 +2,8 @@
 
 import math
 
+from pantheon.text.detokenize import Detokenizer
+
 FLOOR = -9999.0  # what OpenAI reports for a token the model gives no probability at all (JSON has no -inf)
 
 
@@ -55,6 +57,28 @@ def completion_logprobs(spell, scores, offsets):
         top.setdefault(tokens[-1], values[-1])
         tops.append(top)
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": list(offsets)}
+
+
+def echoed_logprobs(spell, ids, scores, offsets):
+    """The echoed prompt's part of text_completion logprobs: its first token unscored (null, as OpenAI
+    answers: nothing predicts it), each later one as the die scored it (`scores`, for ids[1:])."""
+    part = completion_logprobs(spell, scores, offsets[1:len(scores) + 1])
+    return {"tokens": [spell(ids[0])[0]] + part["tokens"], "token_logprobs": [None] + part["token_logprobs"],
+            "top_logprobs": [None] + part["top_logprobs"], "text_offset": offsets[:1] + part["text_offset"]}
+
+
+def joined(*parts):
+    """text_completion logprobs objects one after another (the echoed prompt's, then the completion's)."""
+    return {key: [v for part in parts for v in part[key]] for key in parts[0]}
+
+
+def text_offsets(tokenizer, ids, limit):
+    """Each token's character offset in the decoded `ids` (cut to `limit`, the echoed text's length)."""
+    detok, out, at = Detokenizer(tokenizer), [], 0
+    for tid in ids:
+        out.append(min(at, limit))
+        at += len(detok.push(tid))
+    return out
 
 
 def native_probabilities(spell, scores):

@@ -297,8 +297,8 @@ def _grammar(values):
 
 def _logprobs(values, chat):
     """Chat: logprobs true, with top_logprobs alternatives (OpenAI refuses top_logprobs without it);
-    completions: logprobs is the number of alternatives, and cannot be combined with echo. Without
-    them, llama-server's n_probs asks for the same (as llama-server maps it)."""
+    completions: logprobs is the number of alternatives (with echo, the prompt's tokens are scored
+    too). Without them, llama-server's n_probs asks for the same (as llama-server maps it)."""
     if chat:
         if values.get("top_logprobs") is not None and not values.get("logprobs"):
             raise bad("top_logprobs", "requires \"logprobs\": true", "invalid_value")
@@ -307,10 +307,6 @@ def _logprobs(values, chat):
         asked = values.get("logprobs")
     if asked is None and values.get("n_probs"):
         asked = values["n_probs"]
-    if asked is not None and values.get("echo"):
-        name = "logprobs" if values.get("logprobs") is not None else "n_probs"
-        raise bad(name, f"{name} of the echoed prompt are not computed: send echo or {name}, not both",
-                  "unsupported_value")
     return asked
 
 

@@ -5,7 +5,8 @@ import pytest
 
 import pantheon
 from pantheon.engine.infill import infill
-from pantheon.engine.scheduler import DoneEvent, EmbeddingEvent, Engine, EngineConfig, Request, TokenEvent
+from pantheon.engine.scheduler import (DoneEvent, EmbeddingEvent, Engine, EngineConfig, PromptLogprobsEvent, Request,
+                                       TokenEvent)
 from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.sampler import SamplingParams
 from tests.conftest import shared_path
@@ -327,3 +328,31 @@ def test_malformed_embedding_requests_are_refused(golden, fields):
     with pytest.raises(EngineError):
         engine.add(Request(1, (1, 2, 3), **dict(dict(max_tokens=0), **fields)))
     assert not engine.has_work
+
+
+def test_prompt_logprobs_are_llama_cpps_scored_in_chunks_and_come_before_the_first_token(golden):
+    """Each prompt token from the second on, scored by the logits before it (llama.cpp's, teacher forced):
+    a kept cache holding the prompt is not used, since its positions' logits are gone."""
+    model, ref = golden
+    prompt = tuple(ref["tokens"][:16].tolist())
+    engine = Engine(model, EngineConfig(n_ctx=64, prefill_chunk=5))
+    engine.add(Request(1, prompt + (7,), max_tokens=1, params=GREEDY))
+    run(engine)
+    engine.add(Request(2, prompt, max_tokens=2, params=GREEDY, prompt_logprobs=3))
+    events = [e for e in run(engine) if e.id == 2]
+    scored = [e for e in events if isinstance(e, PromptLogprobsEvent)]
+    assert [e.start for e in scored] == [1, 6, 11, 16][:len(scored)] and len(scored) == 3  # chunks of 5 tokens
+    assert isinstance(events[len(scored)], TokenEvent) and done_of(events, 2).cached_tokens == 0
+    scores = [s for e in scored for s in e.scores]
+    assert [s.token for s in scores] == list(prompt[1:])
+    got = np.array([s.logprob for s in scores])
+
+    def log_softmax(logits):
+        x = logits.astype(np.float64) - logits.max(1, keepdims=True)  # [15, n_vocab]
+        return x - np.log(np.exp(x).sum(1, keepdims=True))
+
+    ours = log_softmax(model.logits(list(prompt))[:15])  # row p predicts token p + 1; one pass, no chunks
+    np.testing.assert_allclose(got, ours[np.arange(15), list(prompt[1:])], rtol=1e-4, atol=1e-3)
+    lcpp = log_softmax(ref["logits"][:15])  # random weights: logprobs near -100, llama.cpp's within 2 %
+    np.testing.assert_allclose(got, lcpp[np.arange(15), list(prompt[1:])], rtol=0.03)
+    assert all(len(s.top) == 3 and s.top[0][0] == int(np.argmax(w)) for s, w in zip(scores, ours))

@@ -1,13 +1,15 @@
 """LocalBackend: the engine's own tokens through a thread and a queue; admission, cancel, close."""
 
+import dataclasses
 import threading
+
+import numpy as np
 import pytest
 
 import pantheon
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
-from pantheon.serve.http.backend import (ContextOverBudget, Finished, GenerationFailed, GenerationRequest, Overloaded,
-                                   Tokens,
-                                   UnknownModel, Unavailable)
+from pantheon.serve.http.backend import (ContextOverBudget, Embedding, Finished, GenerationFailed, GenerationRequest,
+                                         Overloaded, PromptLogprobs, Tokens, UnknownModel, Unavailable)
 from pantheon.serve.local_backend import LocalBackend
 from pantheon.engine.sampler import SamplingParams
 from tests.conftest import shared_path
@@ -140,3 +142,14 @@ def test_the_reasoning_budget_reaches_the_engine(backend):
     assert stream.request.reasoning_budget == 3
     assert stream.request.think_ids == backend.served("qwen2").think_ids
     assert stream.request.params == GREEDY and stream.request.prompt == (1, 500, 600, 700)
+
+
+def test_a_vector_or_prompt_logprobs_do_not_end_a_local_stream(backend):
+    """Only a choice's Finished counts toward a stream's end."""
+    events = list(backend.generate(GenerationRequest("qwen2", (1, 2, 3), 0, GREEDY, frozenset(), embed="last")))
+    assert [type(e) for e in events] == [Embedding, Finished] and events[1].reason == "stop"
+    assert np.isfinite(events[0].vector).all()
+    events = list(backend.generate(dataclasses.replace(request(max_tokens=2), prompt_logprobs=1)))
+    assert isinstance(events[0], PromptLogprobs) and isinstance(events[-1], Finished)
+    assert all(isinstance(e, Tokens) for e in events[1:-1]) and sum(len(e.ids) for e in events[1:-1]) == 2
+    assert events[0].start == 1 and [s.token for s in events[0].scores] == [500, 600, 700]

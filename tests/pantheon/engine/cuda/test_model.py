@@ -99,8 +99,9 @@ def test_a_prefix_copied_slot_to_slot_computes_what_a_fresh_slot_does():
     np.testing.assert_array_equal(got, want)
 
 
-def test_hidden_segments_match_the_cpu_engine_beside_a_logits_segment():
-    """forward(hidden=): the normed hidden states an embedding pools, from the GPU path, against the CPU model."""
+def test_hidden_and_every_row_segments_match_the_cpu_engine():
+    """forward(hidden=, every=): the normed hidden states an embedding pools and every row's logits (prompt
+    logprobs), from the GPU path, against the CPU model."""
     import pantheon
     from pantheon.engine.cuda.model import open_gpu_model
 
@@ -110,8 +111,8 @@ def test_hidden_segments_match_the_cpu_engine_beside_a_logits_segment():
     gpu.allocate(8, 2)
     a, b = [1, 213, 540, 17], [1, 99]
     want_h = cpu.forward([(cpu.new_cache(8), a)], hidden=[0])[0]  # [4, dim]
-    want_l = cpu.forward([(cpu.new_cache(8), b)])[0]  # [1, n_vocab]
-    got_l, got_h = gpu.forward([(gpu.new_cache(), b), (gpu.new_cache(), a)], hidden=[1])
+    want_l = cpu.logits(b)  # [2, n_vocab]
+    got_l, got_h = gpu.forward([(gpu.new_cache(), b), (gpu.new_cache(), a)], hidden=[1], every=[0])
     assert got_h.shape == want_h.shape and got_l.shape == want_l.shape
     np.testing.assert_allclose(got_h, want_h, atol=1e-2)  # F16 weights on the device: ~2e-3 apart
     np.testing.assert_allclose(got_l, want_l, atol=1e-1)  # logits up to ~50: ~2e-2 apart

@@ -1,5 +1,7 @@
 """logprobs / top_logprobs over HTTP (official openai client) and lists of prompts on /v1/completions."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -117,11 +119,51 @@ def test_logprobs_for_a_list_of_token_prompts(client):
         np.testing.assert_allclose(choice.logprobs.token_logprobs, single.token_logprobs, atol=TOL)
 
 
+def test_echo_with_logprobs_scores_the_prompt_as_lm_eval_reads_it(client, served, reference):
+    """lm-evaluation-harness's loglikelihood request (echo, logprobs, max_tokens 1 over token ids): the
+    prompt's tokens scored by the model's own logits, the first one null, then the completion's."""
+    model, ids = reference["qwen2"], [1, 500, 600, 700, 800]
+    plain = client.completions.create(model="qwen2", prompt=ids, max_tokens=2, temperature=0, logit_bias=NO_EOS,
+                                      logprobs=2)
+    out = client.completions.create(model="qwen2", prompt=ids, max_tokens=2, temperature=0, logit_bias=NO_EOS,
+                                    logprobs=2, echo=True)
+    lp, spell = out.choices[0].logprobs, TokenText(model.tokenizer)
+    rows = np.asarray(model.logits(ids)[:-1], np.float64)  # [4, n_vocab] row i predicts ids[i + 1]
+    ref = rows - rows.max(1, keepdims=True)
+    ref -= np.log(np.exp(ref).sum(1, keepdims=True))
+    assert lp.tokens[:5] == [spell(t)[0] for t in ids] and lp.tokens[5:] == plain.choices[0].logprobs.tokens
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    np.testing.assert_allclose(lp.token_logprobs[1:5], [ref[i, t] for i, t in enumerate(ids[1:])], atol=TOL)
+    np.testing.assert_allclose(lp.token_logprobs[5:], plain.choices[0].logprobs.token_logprobs, atol=TOL)
+    for i, top in enumerate(lp.top_logprobs[1:5]):
+        best = [spell(int(t))[0] for t in np.argsort(-ref[i], kind="stable")[:2]]
+        assert list(top)[:2] == best and lp.tokens[i + 1] in top  # the prompt's own token always listed
+    text = out.choices[0].text
+    assert text == model.tokenizer.decode(ids) + plain.choices[0].text
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[5] == len(model.tokenizer.decode(ids))
+    status, _, streamed = call(served.port, "POST", "/v1/completions", {
+        "model": "qwen2", "prompt": ids, "max_tokens": 2, "temperature": 0, "logit_bias": NO_EOS, "logprobs": 2,
+        "echo": True, "stream": True})
+    chunks = [json.loads(b[6:]) for b in streamed.split("\n\n") if b.startswith("data: {")]
+    parts = [c["choices"][0]["logprobs"] for c in chunks if c["choices"][0].get("logprobs")]
+    assert status == 200 and chunks[0]["choices"][0]["text"] == model.tokenizer.decode(ids)
+    assert [t for p in parts for t in p["tokens"]] == lp.tokens
+    assert [o for p in parts for o in p["text_offset"]] == lp.text_offset
+
+
+def test_echo_with_logprobs_of_a_text_prompt_and_several_prompts(client):
+    out = client.completions.create(model="qwen2", prompt=["Hello world", "Good"], max_tokens=1, temperature=0,
+                                    logit_bias=NO_EOS, logprobs=0, echo=True)
+    for choice, text in zip(out.choices, ["Hello world", "Good"]):
+        lp = choice.logprobs
+        assert choice.text.startswith(text) and lp.token_logprobs[0] is None
+        assert all(v is not None and v <= 0 for v in lp.token_logprobs[1:]) and len(lp.tokens) >= 2
+
+
 @pytest.mark.parametrize("path,body,param", [
     ("/v1/completions", {"prompt": "x", "logprobs": 21}, "logprobs"),
     ("/v1/completions", {"prompt": "x", "logprobs": -1}, "logprobs"),
     ("/v1/completions", {"prompt": "x", "logprobs": True}, "logprobs"),
-    ("/v1/completions", {"prompt": "x", "logprobs": 1, "echo": True}, "logprobs"),
     ("/v1/completions", {"prompt": []}, "prompt"),
     ("/v1/completions", {"prompt": ["a", []]}, "prompt"),
     ("/v1/completions", {"prompt": ["a", 5]}, "prompt"),
