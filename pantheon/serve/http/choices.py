@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pantheon.serve.http import logprobs as shapes_lp, timings
-from pantheon.serve.http.backend import Finished
+from pantheon.serve.http.backend import Finished, PromptLogprobs
 
 _END = object()
 
@@ -192,7 +192,10 @@ class _Split:
         with self.cond:
             self.reading = False
             self.ended, self.error = self.ended or ended, self.error or error
-            if event is not None:
+            if isinstance(event, PromptLogprobs):  # the prompt every choice shares: each echo shows them
+                for inbox in self.inbox:
+                    inbox.append(event)
+            elif event is not None:
                 self.inbox[event.choice].append(_counted_once(event))
             self.cond.notify_all()
 

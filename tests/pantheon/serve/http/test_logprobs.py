@@ -160,6 +160,15 @@ def test_echo_with_logprobs_of_a_text_prompt_and_several_prompts(client):
         assert all(v is not None and v <= 0 for v in lp.token_logprobs[1:]) and len(lp.tokens) >= 2
 
 
+def test_echo_with_logprobs_and_n_choices_scores_the_shared_prompt_in_each(client):
+    out = client.completions.create(model="qwen2", prompt=[1, 500, 600, 700], max_tokens=2, temperature=1.0,
+                                    seed=5, logprobs=1, echo=True, n=2)
+    first, second = (c.logprobs for c in out.choices)
+    assert first.tokens[:4] == second.tokens[:4] and first.token_logprobs[0] is None
+    np.testing.assert_allclose(first.token_logprobs[1:4], second.token_logprobs[1:4])
+    assert len(first.tokens) == len(second.tokens) == 6
+
+
 @pytest.mark.parametrize("path,body,param", [
     ("/v1/completions", {"prompt": "x", "logprobs": 21}, "logprobs"),
     ("/v1/completions", {"prompt": "x", "logprobs": -1}, "logprobs"),
