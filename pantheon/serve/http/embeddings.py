@@ -99,12 +99,11 @@ def token_lists(served, inputs, name):
 def embed_all(backend, served, lists, kind):
     """Pooled float32 vectors, one per token list, in order; as many run at once as the model decodes
     together (each is one sequence on a die), the rest follow as places free up."""
-    window, out, queued = max(1, served.max_choices), [], deque(enumerate(lists))
-    running = deque()
+    window, out, queued, running = max(1, served.max_choices), [], deque(lists), deque()
     try:
         while queued or running:
             while queued and len(running) < window:
-                i, ids = queued.popleft()
+                ids = queued.popleft()
                 running.append(backend.generate(GenerationRequest(served.name, tuple(ids), 0, SamplingParams(),
                                                                   frozenset(), embed=kind)))
             out.append(_vector(running.popleft(), len(out)))
