@@ -16,8 +16,8 @@ def copy_field(writer, key, field):
 
 
 def rewrite(src, dst, drop_keys=(), set_keys=None, drop_tensors=(), tensor_arrays=None):
-    """Copy F32/F16 model `src` to `dst` minus `drop_*`, with `set_keys` {key: (value, GGUFValueType)}
-    and `tensor_arrays` {name: float32 array} replacing or adding tensors."""
+    """Copy model `src` to `dst` minus `drop_*`, with `set_keys` {key: (value, GGUFValueType)} and
+    `tensor_arrays` {name: float32 array} replacing or adding tensors; quantized tensors keep their type."""
     r = GGUFReader(str(src))
     set_keys = dict(set_keys or {})
     arch = set_keys.pop("general.architecture", (r.fields["general.architecture"].contents(), None))[0]
@@ -32,13 +32,15 @@ def rewrite(src, dst, drop_keys=(), set_keys=None, drop_tensors=(), tensor_array
         w.add_key_value(key, value, vtype)
     arrays = dict(tensor_arrays or {})
     kept = {t.name: np.array(t.data) for t in r.tensors if t.name not in drop_tensors}
-    return write(w, {**kept, **arrays}, dst)
+    quantized = {t.name: t.tensor_type for t in r.tensors if np.array(t.data).dtype == np.uint8}
+    return write(w, {**kept, **arrays}, dst, {k: v for k, v in quantized.items() if k not in arrays})
 
 
-def write(writer, tensors, path):
-    """Add `tensors` ({name: array}, in order) to `writer`, write the file and close it; returns `path`."""
+def write(writer, tensors, path, raw_types=None):
+    """Add `tensors` ({name: array}, in order; `raw_types` {name: ggml type} for quantized bytes) to
+    `writer`, write the file and close it; returns `path`."""
     for name, data in tensors.items():
-        writer.add_tensor(name, data)
+        writer.add_tensor(name, data, raw_dtype=(raw_types or {}).get(name))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -16,7 +16,7 @@ from typing import Optional
 from ipc.errors import FrameError
 from pantheon.engine.logprobs import TokenLogprob
 from pantheon.engine.sampler import SamplingParams
-from pantheon.gguf.config import POOLINGS
+from pantheon.gguf.config import EMBED_KINDS
 from pantheon.errors import InvalidParameter
 from pantheon.serve.http.backend import Finished
 from pantheon.serve.routing import prefix_key
@@ -73,7 +73,7 @@ _JOB = struct.Struct("<qqqqQddddddIIIIIIqIqq")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
 _FLAG_INFILL = 4
-_EMBED_SHIFT = 3  # flag bits 3-5: 0 a generation, else 1 + the pooling's index in POOLINGS
+_EMBED_SHIFT = 3  # flag bits 3-5: 0 a generation, else 1 + the kind's index in EMBED_KINDS
 _DONE = struct.Struct("<BBHIII")  # reason, final, choice, prompt, cached, completion tokens
 _TOKEN = struct.Struct("<IHI")  # token id, choice, prompt tokens served from a cache
 _CHOICE = struct.Struct("<H")
@@ -115,7 +115,7 @@ class Job:
     grammar_replay: int = 0  # trailing prompt tokens already generated under the grammar (a resumed stream)
     logprobs: Optional[int] = None  # None: none; k: each token's logprob and its k best alternatives come back
     n: int = 1  # choices sampled from one prompt prefill; each takes a place in the die's batch
-    embed: Optional[str] = None  # an embedding job's pooling (pantheon.gguf.config.POOLINGS)
+    embed: Optional[str] = None  # an embedding job's pooling (pantheon.gguf.config.EMBED_KINDS)
     prompt_logprobs: Optional[int] = None  # None: none; k: each prompt token's logprob and k alternatives
 
 
@@ -154,16 +154,16 @@ def encode_job(job):
 def _embed_bits(embed):
     if embed is None:
         return 0
-    if embed not in POOLINGS:
-        raise InvalidParameter(f"pooling {embed!r} is not one of {', '.join(POOLINGS)}", None)
-    return (POOLINGS.index(embed) + 1) << _EMBED_SHIFT
+    if embed not in EMBED_KINDS:
+        raise InvalidParameter(f"pooling {embed!r} is not one of {', '.join(EMBED_KINDS)}", None)
+    return (EMBED_KINDS.index(embed) + 1) << _EMBED_SHIFT
 
 
 def _embed_of(flags):
     code = flags >> _EMBED_SHIFT & 7
-    if code > len(POOLINGS):
+    if code > len(EMBED_KINDS):
         raise FrameError(f"SUBMIT pooling code {code} unknown")
-    return POOLINGS[code - 1] if code else None
+    return EMBED_KINDS[code - 1] if code else None
 
 
 def read_route(body):

@@ -9,10 +9,12 @@ import numpy as np
 
 from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
+from pantheon.engine.classifier import load_classifier
 from pantheon.engine.pooling import Pool
 from pantheon.engine.prefix import PrefixStore
 from pantheon.engine.sampler import Sampler, SamplingParams
 from pantheon.engine.sizes import PREFILL_CHUNK
+from pantheon.gguf.config import EMBED_KINDS
 
 _SEED_MOD = 2**64
 
@@ -49,7 +51,8 @@ class Request:
     # with seed + i (a fork() of the constraint, if any)
     n: int = 1
     # None: a generation; a pooling in POOLINGS: an embedding (max_tokens 0): the prompt's final normed
-    # hidden states pooled into one EmbeddingEvent, then a DoneEvent, nothing sampled
+    # hidden states pooled into one EmbeddingEvent, then a DoneEvent, nothing sampled; "rank": a reranker's
+    # scores (its classification head over the row it reads) in the EmbeddingEvent instead
     embed: Optional[str] = None
     # None: no prompt logprobs; k in 0..MAX_TOP: each prompt token after the first is scored as it is
     # computed (PromptLogprobsEvents, before the first token): OpenAI's echo with logprobs
@@ -103,14 +106,14 @@ def _thinking_at_end(prompt, think_ids):
 class _Sequence:
     """A running request: its cache, how far its prompt has been computed, what it has generated."""
 
-    def __init__(self, req, cache, cached, sampler, choice=0, constraint=None):
+    def __init__(self, req, cache, cached, sampler, choice=0, constraint=None, pool=None):
         self.req, self.cache, self.cached, self.sampler = req, cache, cached, sampler
         self.choice, self.constraint = choice, constraint
         self.forks = req.n - 1 if choice == 0 else 0  # choices still to start from this prompt's KV
         self.pos = cached
         self.generated = []
         self.thinking, self.think_count = _thinking_at_end(req.prompt, req.think_ids), 0
-        self.pool = Pool(req.embed) if req.embed is not None else None  # an embedding's pooling
+        self.pool = pool  # an embedding's (or a rerank's) Pool
 
     def forced_token(self):
         """</think> once the reasoning budget is spent inside a think block, else None."""
@@ -144,9 +147,12 @@ class _Sequence:
                          self.choice, final)
 
 
-def _check_embedding(req):
-    """EngineError unless `req` is a well-formed embedding request."""
-    Pool(req.embed)
+def _check_embedding(req, classifier):
+    """EngineError unless `req` is a well-formed embedding (or, with `classifier`, rerank) request."""
+    if req.embed not in EMBED_KINDS:
+        raise EngineError(f"embed must be one of {', '.join(EMBED_KINDS)}, got {req.embed!r}")
+    if req.embed == "rank" and classifier is None:
+        raise EngineError("this model has no classification head (cls.output.weight): it cannot rank")
     if req.max_tokens != 0 or req.n != 1 or req.constraint is not None or (req.logprobs, req.prompt_logprobs) != (
             None, None):
         raise EngineError("an embedding request generates nothing: max_tokens 0, n 1, no grammar, no logprobs")
@@ -166,6 +172,8 @@ class Engine:
         self.store = PrefixStore(config.max_sessions)
         self.prefilled = 0  # prompt tokens run through the model (not those served from a cache or a fork)
         self._aborted = set()  # (request id, choice), choice None for every choice of the request
+        # a reranker's head, read with the model (a bad one fails its load); the only rank requests it takes
+        self.classifier = load_classifier(model.gguf.tensors, model.config) if model.config.pooling == "rank" else None
 
     def add(self, req):
         """Queue `req`; EngineError (nothing queued) when it cannot fit or repeats a live id."""
@@ -176,7 +184,7 @@ class Engine:
         if req.max_tokens < 0:
             raise EngineError(f"max_tokens must be at least 0, got {req.max_tokens}")
         if req.embed is not None:
-            _check_embedding(req)
+            _check_embedding(req, self.classifier)
         for name in ("logprobs", "prompt_logprobs"):
             k = getattr(req, name)
             if k is not None and not 0 <= k <= MAX_TOP:
@@ -225,8 +233,13 @@ class Engine:
         while self.waiting and len(self.running) + self.waiting[0].n <= self.config.max_batch:
             req = self.waiting.popleft()
             cache, cached = self._cache_for(req)
-            seq = _Sequence(req, cache, cached, self._sampler(req, req.params), constraint=req.constraint)
+            pool = Pool(self._row(req)) if req.embed is not None else None
+            seq = _Sequence(req, cache, cached, self._sampler(req, req.params), constraint=req.constraint, pool=pool)
             self.running[seq.key] = seq
+
+    def _row(self, req):
+        """How `req`'s hidden states are pooled: its own pooling, or for a rerank the row its head reads."""
+        return self.classifier.row if req.embed == "rank" else req.embed
 
     def _sampler(self, req, params):
         """A sequence's sampler; the infill sampler also reads token texts (the tokenizer is built then)."""
@@ -236,7 +249,7 @@ class Engine:
     def _cache_for(self, req):
         """(cache, tokens already in it): the session's own cache cut to the common prefix, else a copy of
         the longest kept prefix, else a new cache; at least one prompt token is left to run."""
-        if req.embed in ("mean", "cls") or req.prompt_logprobs is not None:
+        if self._row(req) in ("mean", "cls") or req.prompt_logprobs is not None:
             return self._new_cache(), 0  # these read every position's output: every row must run
         cache = self.store.take_session(req.session) if req.session is not None else None
         if cache is not None:
@@ -327,7 +340,10 @@ class Engine:
         seq.pool.add(rows)
         if not last or seq.key not in self.running:
             return []
-        return [EmbeddingEvent(seq.req.id, seq.pool.vector())] + self._finish(seq, "stop")
+        vector = seq.pool.vector()  # [dim]
+        if seq.req.embed == "rank":
+            vector = self.classifier.scores(vector)  # [n_cls_out]
+        return [EmbeddingEvent(seq.req.id, vector)] + self._finish(seq, "stop")
 
     def _emit(self, seq, logits):
         raw = logits  # logprobs are the model's own distribution, before any mask or bias

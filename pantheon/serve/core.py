@@ -5,17 +5,20 @@ from pantheon.serve.http.backend import ContextOverBudget, ServedModel, TooManyC
 from pantheon.text.prompting import PromptBuilder
 
 THINK_TAGS = ("<think>", "</think>")
+RERANK_TEMPLATE = "tokenizer.chat_template.rerank"  # llama.cpp's named template for a reranker's prompt
 
 
 def served_model(name, metadata, n_ctx, tokenizer, template=None, max_choices=1, config=None):
     """The front's view of one model: tokenizer, chat prompts (`metadata` as the chat template reads it;
     `template`, --chat-template, overrides the model's), context, think tags, the most choices (n)
-    one request may take (the sequences its engine decodes together) and, from its ModelConfig
-    `config`, the embedding size and pooling."""
+    one request may take (the sequences its engine decodes together), from its ModelConfig
+    `config` the embedding size and pooling, and a reranker's prompt template."""
     ids = tuple(tokenizer.token_to_id.get(t) for t in THINK_TAGS)
+    rerank = metadata.get(RERANK_TEMPLATE)
     return ServedModel(name, tokenizer, PromptBuilder(tokenizer, metadata, template_source=template), n_ctx,
                        ids if None not in ids else (), max(1, max_choices),
-                       config.dim if config else 0, config.pooling if config else "")
+                       config.dim if config else 0, config.pooling if config else "",
+                       rerank if isinstance(rerank, str) else "")
 
 
 def admit(served, request):

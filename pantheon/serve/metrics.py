@@ -14,7 +14,7 @@ import numpy as np
 
 # Prometheus client defaults, in seconds.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-ENDPOINTS = ("chat_completions", "completions", "tokenize", "detokenize", "embeddings")
+ENDPOINTS = ("chat_completions", "completions", "tokenize", "detokenize", "embeddings", "rerank")
 STATUSES = ("200", "400", "401", "404", "405", "413", "429", "500", "503")
 OTHER = "other"  # label for a model, die or status the layout does not name
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

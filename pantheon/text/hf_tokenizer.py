@@ -86,7 +86,8 @@ class HFTokenizer(VocabDecoding):
     def set_specials(self, bos, eos, stop_ids=()):
         """Name the BOS/EOS ids (from tokenizer_config.json) and every id that ends generation."""
         self.bos_id, self.eos_id = bos, eos
-        self.eot_id = self.eom_id = self.unk_id = self.pad_id = None
+        self.eot_id = self.eom_id = self.unk_id = self.pad_id = self.sep_id = None
+        self.add_sep = False  # a reranker's query/document separator: llama.cpp adds one for BERT vocabularies only
         self.stop_ids = frozenset(i for i in (eos, *stop_ids) if i is not None)
         probe = self._tok.encode("a", add_special_tokens=True).ids  # what the post-processor adds
         self.add_bos = bos is not None and bool(probe) and probe[0] == bos

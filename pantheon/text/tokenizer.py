@@ -165,6 +165,8 @@ class Tokenizer(VocabDecoding):
         ids = sp.special_ids(meta, defaults, self.n_vocab)
         self.add_bos = _flag(meta, "tokenizer.ggml.add_bos_token", add_bos)
         self.add_eos = _flag(meta, "tokenizer.ggml.add_eos_token", add_eos)
+        # a separator between a reranker's query and document (llama.cpp's default: BERT vocabularies only)
+        self.add_sep = _flag(meta, "tokenizer.ggml.add_sep_token", self.vocab_type == "WPM")
         if self.pre is not None and self.pre.family == "GEMMA4":
             self.add_bos = True  # llama.cpp overrides Gemma 4's metadata here (its PR 21500)
         sp.detect_by_text(ids, self.token_to_id, self.attrs)

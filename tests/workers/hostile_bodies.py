@@ -2,7 +2,7 @@
 
 from hypothesis import strategies as st
 
-from pantheon.serve.http import embeddings, validate
+from pantheon.serve.http import embeddings, rerank, validate
 
 F32_MAX, F32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
 EXTREME_NUMBERS = [F32_MAX, -F32_MAX, 3.5e38, -3e38, 1e39, F32_TINY, 1e-38, 1e-45, 5e-324, -5e-324, 0.0, -0.0,
@@ -75,6 +75,10 @@ embed = st.fixed_dictionaries({"input": embed_input}, optional=dict(every_field(
 native_embed = st.fixed_dictionaries({"content": embed_input}, optional=dict(every_field(
     embeddings.NATIVE, {"model": field(st.just("m")), "embd_normalize": field(st.integers(-3, 4))}, ("content",)),
     extra=junk))
+rerank_body = st.fixed_dictionaries(
+    {"query": field(st.text(max_size=20)), "documents": field(st.lists(st.text(max_size=8), max_size=3))},
+    optional=dict(every_field(rerank.SCHEMA, {"model": field(st.just("m")), "top_n": field(st.integers(-2, 4))},
+                              ("query", "documents")), extra=junk))
 admin_load = st.fixed_dictionaries({}, optional={"path": field(st.sampled_from(["/proc/self/mem", "/dev/zero", "/",
                                                                                  "x" * 1025, "../../etc/passwd"])),
                                                  "name": field(st.text(max_size=70)), "dies": junk,
@@ -97,6 +101,6 @@ raw_bodies = st.one_of(st.integers(1, 200_000).map(nested), st.binary(max_size=4
 
 ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), ("/tokenize", tokenize),
              ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload),
-             ("/v1/embeddings", embed), ("/embedding", native_embed)]
+             ("/v1/embeddings", embed), ("/embedding", native_embed), ("/v1/rerank", rerank_body)]
 requests = st.one_of(*[st.tuples(st.just(path), body) for path, body in ENDPOINTS],
                      st.tuples(st.sampled_from([p for p, _ in ENDPOINTS]), raw_bodies))

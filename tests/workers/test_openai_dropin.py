@@ -12,6 +12,7 @@ import pytest
 import pantheon
 
 from tests.conftest import shared_path
+from tests.rerankers import make_reranker, output_matrix
 from tests.workers.serving import Server
 
 WEATHER = {"type": "function", "function": {
@@ -29,14 +30,25 @@ SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "maxLeng
                                            "sure": {"type": "boolean"}},
           "required": ["answer", "confidence", "sure"], "additionalProperties": False}
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+RERANK_ROWS, RERANK_TEMPLATE = [2048, 1000], "Query: {query}\nDocument: {document}\nRelevant:"
 
 
 @pytest.fixture(scope="module")
-def server():
+def reranker(tmp_path_factory):
+    """A qwen3 reranker (a golden model with a cls.output of two of its output rows) and its head."""
+    src = shared_path("golden", "qwen3-q8_0.gguf")
+    head = output_matrix(src)[RERANK_ROWS] / 16  # [2, dim]: logits a few apart, not saturated
+    path = make_reranker(src, tmp_path_factory.mktemp("rr") / "rr.gguf", RERANK_ROWS, RERANK_TEMPLATE, scale=1 / 16)
+    return str(path), head.astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def server(reranker):
     qwen = str(shared_path("golden", "qwen2-q8_0.gguf"))
     template = str(shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja"))
     srv = Server(["--model", qwen, "--name", "qwen2", "--chat-template-file", template, "--ctx-cap", "1024",
-                  "--model", "pantheon/demo/pantheon-demo.gguf", "--name", "demo", "--http-workers", "1"])
+                  "--model", "pantheon/demo/pantheon-demo.gguf", "--name", "demo",
+                  "--model", reranker[0], "--name", "rr", "--http-workers", "1"])
     yield srv
     srv.stop()
 
@@ -128,6 +140,25 @@ def test_embeddings_come_through_the_rings(server):
         ids = model.tokenizer.encode(text, add_special=True, parse_special=True)
         last = model.forward([(model.new_cache(64), ids)], hidden=[0])[0][-1].astype(np.float64)  # [dim]
         np.testing.assert_allclose(d.embedding, last / np.linalg.norm(last), atol=2e-5)
+
+
+def test_rerank_scores_come_through_the_rings(server, reranker):
+    """The die runs the reranker's head (a softmax over two rows at the last token for qwen3); the front
+    fills its rerank template, sorts and cuts."""
+    docs = ["pandas eat bamboo", "Paris is in France", "a bear of China"]
+    status, body, _ = server.request("POST", "/v1/rerank", {"model": "rr", "query": "a panda", "documents": docs,
+                                                           "top_n": 2}, timeout=300)
+    assert status == 200, body
+    model = pantheon.open_model(reranker[0], threads=1)
+    want = []
+    for d in docs:
+        text = RERANK_TEMPLATE.replace("{query}", "a panda").replace("{document}", d)
+        ids = model.tokenizer.encode(text, add_special=False, parse_special=True)
+        logits = reranker[1] @ model.forward([(model.new_cache(64), ids)], hidden=[0])[0][-1]  # [2]
+        want.append(1.0 / (1.0 + np.exp(logits[1] - logits[0])))
+    results = json.loads(body)["results"]
+    assert [r["index"] for r in results] == sorted(range(3), key=lambda i: -want[i])[:2]
+    assert all(abs(r["relevance_score"] - want[r["index"]]) < 1e-3 for r in results)
 
 
 def test_per_token_timings_through_the_rings_know_the_prompt_from_the_first_token(server):

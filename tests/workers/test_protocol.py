@@ -130,6 +130,8 @@ def test_an_embedding_job_names_its_pooling_and_nothing_else_does():
     body = bytearray(protocol.encode_job(Job(0, (1,), 0, SamplingParams(), embed="last")))
     flags_at = 24 + 8 * 5 + 8 * 6 + 4 * 5  # after the int64s and doubles: think ids, counts, then flags
     assert struct.unpack_from("<I", body, flags_at)[0] >> 3 == 3  # "last" is the third pooling
+    ranked = protocol.encode_job(Job(0, (1,), 0, SamplingParams(), embed="rank"))
+    assert struct.unpack_from("<I", ranked, flags_at)[0] >> 3 == 4 and protocol.decode_job(ranked).embed == "rank"
     struct.pack_into("<I", body, flags_at, 7 << 3 | 1)
     with pytest.raises(FrameError, match="pooling code"):
         protocol.decode_job(bytes(body))

@@ -11,14 +11,17 @@ from pantheon.serve.http.native import ApplyTemplate, Infill, NativeCompletion, 
 from pantheon.serve.http.disconnect import DisconnectWatch
 from pantheon.serve.http.embeddings import Embeddings, NativeEmbedding
 from pantheon.serve.http.request_id import RequestId
+from pantheon.serve.http.rerank import Rerank
 from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
 from pantheon.serve.metrics import OTHER
 
+RERANK_ROUTES = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")  # llama-server answers all four
+
 ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions",
              "/chat/completions": "chat_completions", "/completions": "completions",
              "/tokenize": "tokenize", "/detokenize": "detokenize", "/v1/embeddings": "embeddings",
-             "/embeddings": "embeddings", "/embedding": "embeddings"}
+             "/embeddings": "embeddings", "/embedding": "embeddings", **{r: "rerank" for r in RERANK_ROUTES}}
 
 
 class _CountRequests:
@@ -63,6 +66,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.add_route("/v1/embeddings", Embeddings(backend, body_limit, metrics))
     app.add_route("/embeddings", NativeEmbedding(backend, body_limit, metrics))  # llama-server's, as its own
     app.add_route("/embedding", NativeEmbedding(backend, body_limit, metrics))
+    for route in RERANK_ROUTES:
+        app.add_route(route, Rerank(backend, body_limit, metrics))
     app.add_route("/completion", NativeCompletion(backend, options))
     app.add_route("/infill", Infill(backend, options))
     app.add_route("/apply-template", ApplyTemplate(backend, options))

@@ -77,6 +77,7 @@ class ServedModel:
     max_choices: int = 1  # the most choices (n) one request may ask for: the sequences the model decodes together
     n_embd: int = 0  # the hidden size: an embedding's length
     pooling: str = ""  # the GGUF's {arch}.pooling_type name, "" when it states none (pantheon.gguf.config)
+    rerank_template: str = ""  # tokenizer.chat_template.rerank: a reranker's prompt, {query} and {document}
 
 
 @dataclass(frozen=True)

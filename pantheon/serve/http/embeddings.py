@@ -72,8 +72,8 @@ def pooling(served):
         raise RequestError(f"model {served.name} has pooling type 'none' (one embedding per token), which is "
                            "not served: use a model that pools", param="model", code="unsupported_value")
     if kind == "rank":
-        raise RequestError(f"model {served.name} is a reranker (pooling type 'rank'); reranking is not "
-                           "served", param="model", code="unsupported_value")
+        raise RequestError(f"model {served.name} is a reranker (pooling type 'rank'): it scores documents "
+                           "at /v1/rerank", param="model", code="unsupported_value")
     return kind
 
 

@@ -29,7 +29,7 @@ class Models:
 
 def _model_entry(info):
     meta = {"context_length": info.n_ctx, "replicas": info.replicas, "state": info.state,
-            "endpoints": ["chat.completions", "completions", "embeddings", "tokenize", "detokenize"],
+            "endpoints": ["chat.completions", "completions", "embeddings", "rerank", "tokenize", "detokenize"],
             "chat_fields": CHAT_FIELDS, "completion_fields": COMPLETION_FIELDS, **info.details}
     return {"id": info.name, "object": "model", "created": info.created, "owned_by": "pantheon", "meta": meta}
 

@@ -7,6 +7,7 @@ import pytest
 
 import pantheon
 from tests.conftest import SHARED, shared_path
+from tests.rerankers import output_matrix
 
 GOLDEN = sorted(p.stem for p in (SHARED / "golden").glob("*.gguf")) or ["(absent)"]
 
@@ -48,15 +49,6 @@ def test_greedy_continuation_matches_llama_cpp():
     assert out == ref["greedy"][:8].tolist()
 
 
-def _output_matrix(path):
-    """float32 [n_vocab, dim]: the file's output matrix (token_embd when tied), dequantized by gguf-py."""
-    from gguf import GGUFReader
-    from gguf.quants import dequantize
-    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
-    t = tensors.get("output.weight") or tensors["token_embd.weight"]
-    return dequantize(t.data, t.tensor_type).astype(np.float32)  # [n_vocab, dim]
-
-
 @pytest.mark.parametrize("name", ["qwen2-q8_0", "llama-q4_k_m", "llama-tied-q8_0", "qwen3moe-q8_0"])
 def test_hidden_states_are_what_llama_cpps_logits_are_made_of(name):
     """forward(hidden=) hands back the final normed hidden states (an embedding's input): through the
@@ -68,7 +60,7 @@ def test_hidden_states_are_what_llama_cpps_logits_are_made_of(name):
     tokens = ref["tokens"].tolist()
     h = model.forward([(model.new_cache(64), tokens)], hidden=[0])[0]  # [T, dim]
     assert h.shape == (len(tokens), model.config.dim) and h.dtype == np.float32
-    ours = h @ _output_matrix(path).T  # [T, n_vocab]
+    ours = h @ output_matrix(path).T  # [T, n_vocab]
     want = ref["logits"].astype(np.float32)
     err = float(((ours - want) ** 2).sum() / (want ** 2).sum())
     assert err <= tolerance(name, spec), f"{name}: normalized error {err:.3g}"

@@ -117,3 +117,25 @@ def test_hidden_and_every_row_segments_match_the_cpu_engine():
     np.testing.assert_allclose(got_h, want_h, atol=1e-2)  # F16 weights on the device: ~2e-3 apart
     np.testing.assert_allclose(got_l, want_l, atol=1e-1)  # logits up to ~50: ~2e-2 apart
     gpu.close()
+
+
+def test_a_rerank_on_the_gpu_engine_scores_what_the_cpu_engine_does(tmp_path):
+    """The head runs on the host over the GPU's pooled row (a llama reranker: the first row, no softmax)."""
+    import pantheon
+    from pantheon.engine.cuda.model import open_gpu_model
+    from pantheon.engine.scheduler import EmbeddingEvent, Engine, EngineConfig, Request
+    from tests.rerankers import make_reranker
+
+    path = str(make_reranker(shared_path("golden", "llama-f32.gguf"), tmp_path / "r.gguf", [5, 9], scale=1 / 16))
+    gpu = open_gpu_model(path, [0])
+    gpu.allocate(16, 2)
+    got = []
+    for model in (pantheon.open_model(path, threads=1), gpu):
+        engine = Engine(model, EngineConfig(n_ctx=16))
+        engine.add(Request(1, (1, 213, 540, 17), max_tokens=0, embed="rank"))
+        events = []
+        while engine.has_work:
+            events += engine.step()
+        got.append(next(e.vector for e in events if isinstance(e, EmbeddingEvent)))  # [2]
+    np.testing.assert_allclose(got[1], got[0], atol=1e-2)
+    gpu.close()
