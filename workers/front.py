@@ -28,7 +28,7 @@ def front_main(layout, f, sock, config):
                      body_limit=config.http.body_limit)
     server = create_front_server(app, sock, config.http)
     registrar = start_registrar(config, sock, backend, _log) if f == 0 else None
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=_drain, args=(backend, registrar),
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=_drain, args=(backend, registrar, server),
                                                               daemon=True).start())
     server.run()
     return 0
@@ -38,9 +38,10 @@ def _log(msg):
     print(f"pantheon-serve: {msg}", file=sys.stderr, flush=True)
 
 
-def _drain(backend, registrar=None):
+def _drain(backend, registrar, server):
     """Leave the router's fleet, refuse new generations (503, /health says draining), let running
-    streams finish within the grace period, end the rest with an error event and [DONE], then exit."""
+    streams finish within the grace period, end the rest with an error event and [DONE], let every
+    response's last bytes reach its socket, then exit."""
     if registrar is not None:
         registrar.deregister()
     backend.draining = True
@@ -49,5 +50,9 @@ def _drain(backend, registrar=None):
         time.sleep(0.05)
     if backend.active():
         backend.end_all("the server is shutting down and this stream outlived the drain period")
-        time.sleep(FLUSH_S)
+    # a stream leaves the backend at its DONE frame, before its HTTP thread has written the last chunks
+    # ([DONE], the chunked terminator): exiting then would cut them off
+    flushed = time.monotonic() + FLUSH_S
+    while server.responding() and time.monotonic() < flushed:
+        time.sleep(0.02)
     os._exit(0)

@@ -54,6 +54,11 @@ class _Server(TcpWSGIServer):
     channel_class = _Channel
     header_timeout = 10
 
+    def responding(self):
+        """Whether any response is still being produced or has bytes not yet sent (an idle keep-alive
+        connection is neither)."""
+        return any(c.requests or c.total_outbufs_len for c in list(self.active_channels.values()))
+
     def maintenance(self, now):
         """Waitress closes channels idle past channel_timeout; also close those slow to send headers
         (a slowloris client trickling a byte at a time is never idle, so only a deadline stops it)."""
