@@ -19,7 +19,7 @@ from workers.tables import SLOT_EMPTY, SLOT_UNLOADING, text
 
 # Admin load body fields and the per-model flags whose parsers read them.
 ADMIN_FIELDS = {"name": "--name", "dies": "--dies", "ctx_cap": "--ctx-cap", "reasoning_budget": "--reasoning-budget",
-                "max_sessions": "--max-sessions", "max_concurrent": "--max-concurrent"}
+                "max_sessions": "--max-sessions", "max_concurrent": "--max-concurrent", "pooling": "--pooling"}
 
 
 class Refusal(Exception):

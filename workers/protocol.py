@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 from ipc.errors import FrameError
 from pantheon.engine.logprobs import TokenLogprob
 from pantheon.engine.sampler import SamplingParams
@@ -283,8 +285,8 @@ def decode_prompt_scores(body):
 
 
 def encode_embedding(vector):
-    """EMBEDDING body: the pooled vector's float32 values."""
-    return array.array("f", vector).tobytes()
+    """EMBEDDING body: the pooled vector's float32 values (every position's, row by row, for pooling none)."""
+    return np.ascontiguousarray(vector, np.float32).tobytes()
 
 
 def decode_embedding(body):

@@ -15,6 +15,7 @@ from pantheon.source import open_text
 from workers import protocol
 from workers.protocol import Kind
 from workers.ring_stream import RingStream, Shutdown, final_frame
+from workers.slots import with_pooling
 from workers.tables import DIE_STATES, DIE_UP, PRESSURE_LEVELS, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
 PREPARE_INTERVAL_S = 0.2  # how often a front looks for newly loaded slots to open ahead of requests
@@ -189,5 +190,6 @@ def _open_served(rec, template=None):
     """Tokenizer, template and context of a slot, from its GGUF metadata or HF tokenizer files (no
     weights touched); `template` (--chat-template) overrides the model's."""
     tok, meta, cfg = open_text(text(rec["path"]), text(rec["config"]) or None)
+    cfg = with_pooling(cfg, rec)
     n_ctx = context_size(int(rec["ctx_cap"]), cfg.n_ctx_train)
     return core.served_model(text(rec["name"]), meta, n_ctx, tok, template, int(rec["batch_slots"]), cfg)

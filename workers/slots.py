@@ -4,11 +4,13 @@ A slot's facts are a ModelSpec (pantheon.serve.settings: the --model parsers and
 sequences decoded together and whether weights are quantized; `record` is the one place that turns
 them into the shared table's fields, `spec_of` the one place that reads them back."""
 
+import dataclasses
 import functools
 import itertools
 import time
 
 from pantheon.errors import UsageError
+from pantheon.gguf.config import POOLING_TYPES
 from pantheon.serve.limits import DEFAULT_CTX_CAP
 from pantheon.serve.settings import ModelSpec, batch_slots_of, context_size
 from pantheon.source import model_config
@@ -129,7 +131,8 @@ def record(spec, mask, split, batch_slots, quantize):
     groups, see placement)."""
     return dict(name=spec.name, path=spec.path, config=spec.config, dies=mask, split=split, ctx_cap=spec.ctx_cap,
                 batch_slots=batch_slots, max_sessions=spec.max_sessions, max_concurrent=spec.max_concurrent,
-                reasoning_budget=spec.reasoning_budget, quantize=int(quantize))
+                reasoning_budget=spec.reasoning_budget, quantize=int(quantize),
+                pooling=POOLING_TYPES.index(spec.pooling) + 1 if spec.pooling else 0)
 
 
 def spec_of(rec, die_names):
@@ -138,8 +141,21 @@ def spec_of(rec, die_names):
     split = text(rec["split"])
     dies = tuple(split.split(",")[0].split("+")) if split else _names(rec, die_names)
     spec = ModelSpec(text(rec["path"]), text(rec["name"]), dies, int(rec["ctx_cap"]), int(rec["reasoning_budget"]),
-                     int(rec["max_sessions"]), int(rec["max_concurrent"]), config=text(rec["config"]))
+                     int(rec["max_sessions"]), int(rec["max_concurrent"]), config=text(rec["config"]),
+                     pooling=pooling_of(rec))
     return spec, int(rec["batch_slots"]), bool(rec["quantize"])
+
+
+def pooling_of(rec):
+    """The slot's --pooling, '' when it keeps the GGUF's."""
+    code = int(rec["pooling"])
+    return POOLING_TYPES[code - 1] if 0 < code <= len(POOLING_TYPES) else ""
+
+
+def with_pooling(config, rec):
+    """`config` (a ModelConfig) with the slot's --pooling in place of the file's, where one is given."""
+    pooling = pooling_of(rec)
+    return dataclasses.replace(config, pooling=pooling) if pooling else config
 
 
 def describe(i, rec, die_names, in_flight):

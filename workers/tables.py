@@ -27,6 +27,7 @@ SLOT_DTYPE = np.dtype([
     ("max_concurrent", "<u4"), ("reasoning_budget", "<u4"), ("quantize", "u1"), ("created", "<u8"),
     ("split", "S128"),  # CUDA layer-split groups: 'cuda0+cuda1[,cuda2+cuda3]'; the first die of a group runs it
     ("serial", "<u8"),  # which placement of a model this is: a new one each time a model enters the slot
+    ("pooling", "u1"),  # --pooling: 0 the GGUF's, else 1 + its index in POOLING_TYPES
 ])
 
 # worker-written: heartbeat .. rss; supervisor-written: pid .. restarts.

@@ -18,6 +18,7 @@ from pantheon.serve.settings import context_size
 from workers import protocol
 from workers.protocol import ErrorCode, Kind
 from workers.lifecycle import heartbeat_interval
+from workers.slots import with_pooling
 from workers.tables import text
 
 IDLE_WAIT_S = 0.05
@@ -55,6 +56,7 @@ class DieWorker:
                                        config=text(rec["config"]) or None, repack=self.repack,
                                        repack_dir=self.repack_dir)
                     n_ctx = context_size(int(rec["ctx_cap"]), model.config.n_ctx_train)
+                model.config = with_pooling(model.config, rec)  # --pooling: what this slot's engine serves
                 cfg = EngineConfig(n_ctx=n_ctx, max_batch=int(rec["batch_slots"]),
                                    max_sessions=int(rec["max_sessions"]))
                 if self.die.kind == "cpu":

@@ -79,7 +79,7 @@ class PromptLogprobsEvent:
 @dataclass(frozen=True, eq=False)
 class EmbeddingEvent:
     id: int
-    vector: np.ndarray  # float32 [dim]: pooled, not normalized (the caller picks the norm)
+    vector: np.ndarray  # float32 [dim]: pooled, not normalized; [positions, dim] for pooling none
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,14 @@ class _Sequence:
                          self.choice, final)
 
 
+def _classifier(model):
+    head = load_classifier(model.gguf.tensors, model.config)
+    if head is None:
+        raise EngineError("pooling type rank needs a classification head (cls.output.weight or cls.weight), "
+                          "which this model's file lacks")
+    return head
+
+
 def _check_embedding(req, classifier):
     """EngineError unless `req` is a well-formed embedding (or, with `classifier`, rerank) request."""
     if req.embed not in EMBED_KINDS:
@@ -172,8 +180,8 @@ class Engine:
         self.store = PrefixStore(config.max_sessions)
         self.prefilled = 0  # prompt tokens run through the model (not those served from a cache or a fork)
         self._aborted = set()  # (request id, choice), choice None for every choice of the request
-        # a reranker's head, read with the model (a bad one fails its load); the only rank requests it takes
-        self.classifier = load_classifier(model.gguf.tensors, model.config) if model.config.pooling == "rank" else None
+        # a reranker's head, read with the model (a bad or missing one fails its load): what rank requests run
+        self.classifier = _classifier(model) if model.config.pooling == "rank" else None
 
     def add(self, req):
         """Queue `req`; EngineError (nothing queued) when it cannot fit or repeats a live id."""
@@ -249,7 +257,7 @@ class Engine:
     def _cache_for(self, req):
         """(cache, tokens already in it): the session's own cache cut to the common prefix, else a copy of
         the longest kept prefix, else a new cache; at least one prompt token is left to run."""
-        if self._row(req) in ("mean", "cls") or req.prompt_logprobs is not None:
+        if self._row(req) in ("mean", "cls", "none") or req.prompt_logprobs is not None:
             return self._new_cache(), 0  # these read every position's output: every row must run
         cache = self.store.take_session(req.session) if req.session is not None else None
         if cache is not None:

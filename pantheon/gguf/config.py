@@ -15,7 +15,9 @@ MAX_LAYERS = 1024
 # the final hidden states ("rank" is a reranker's classification head)
 POOLING_TYPES = ("none", "mean", "cls", "last", "rank")
 POOLINGS = POOLING_TYPES[1:4]  # those that pool a sequence into one vector (what embedding requests run)
-EMBED_KINDS = POOLING_TYPES[1:]  # what an embed request may ask: a pooling, or a reranker's scores
+# what an embed request may ask: a pooling, a reranker's scores, or every position's state (none); the
+# order is the ring's code for each (workers.protocol), so a new kind goes at the end
+EMBED_KINDS = POOLINGS + ("rank", "none")
 
 
 @dataclass(frozen=True)

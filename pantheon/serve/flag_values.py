@@ -6,6 +6,7 @@ import re
 from urllib.parse import urlsplit
 
 from pantheon.errors import TemplateError, UsageError
+from pantheon.gguf.config import POOLING_TYPES
 from pantheon.serve.limits import MAX_DIES_PER_MODEL, MAX_NAME_BYTES, MAX_PATH_BYTES
 
 _DIGITS = re.compile(r"[0-9]{1,12}")
@@ -138,6 +139,13 @@ def named_template(value, jinja):
 def parse_reasoning_format(flag, text):
     if text not in ("auto", "deepseek", "none"):
         raise UsageError(f"{flag} {text!r}: expected auto, deepseek or none")
+    return text
+
+
+def parse_pooling(flag, text):
+    """A --pooling value: one of llama.cpp's pooling types (llama-server's flag of the same name)."""
+    if text not in POOLING_TYPES:
+        raise UsageError(f"{flag} {text!r}: expected one of {', '.join(POOLING_TYPES)}")
     return text
 
 

@@ -197,7 +197,7 @@ class _Runner:
             if stream is None:
                 continue
             if isinstance(ev, EmbeddingEvent):
-                stream.events.put(Embedding(tuple(ev.vector.tolist())))
+                stream.events.put(Embedding(tuple(ev.vector.ravel().tolist())))  # [dim], or every row's
                 continue
             if isinstance(ev, PromptLogprobsEvent):
                 stream.events.put(PromptLogprobs(ev.start, ev.scores))

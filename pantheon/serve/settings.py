@@ -10,7 +10,7 @@ from pantheon.errors import UsageError
 from pantheon.serve.environment import (BATCH_SLOTS_ENV, REGISTRY_TOKEN_ENV, REGISTRY_URL_ENV, Operations,
                                         batch_slots_from_env, operations_from_env, registry_token_from_env)
 from pantheon.serve.flag_values import (int_in, named_template, parse_address, parse_dies, parse_dir, parse_host,
-                                        parse_id, parse_model_path, parse_origin, parse_path,
+                                        parse_id, parse_model_path, parse_origin, parse_path, parse_pooling,
                                         parse_reasoning_format, parse_secret, parse_url, read_key_file,
                                         read_template_file)
 from pantheon.serve.limits import (DEFAULT_BATCH_SLOTS, DEFAULT_BODY_LIMIT, DEFAULT_CONNECTION_LIMIT,
@@ -37,6 +37,7 @@ class ModelSpec:
     max_concurrent: int
     chat_template: Optional[str] = None  # Jinja source overriding the GGUF's (--chat-template[-file])
     config: str = ""       # config.json of an HF model given as a .safetensors file ('' otherwise)
+    pooling: str = ""      # --pooling: a pooling type overriding the GGUF's ('' keeps the file's)
 
 
 def context_size(ctx_cap, n_ctx_train):
@@ -120,6 +121,8 @@ FLAGS = (
     Flag("--chat-template", "model", "NAME", parse_path, "the GGUF's",
          "chat template by name (chatml, llama3, llama2, mistral, gemma, phi3, zephyr); with --jinja any Jinja text"),
     Flag("--chat-template-file", "model", "PATH", read_template_file, "unset", "chat template (Jinja) read from a file"),
+    Flag("--pooling", "model", "TYPE", parse_pooling, "the GGUF's",
+         "embedding pooling: none (per-token, /embedding only), mean, cls, last, rank (a reranker's head)"),
     Flag("--max-sessions", "model", "N", int_in(0, MAX_SESSIONS_LIMIT), f"0 = {DEFAULT_MAX_SESSIONS}",
          "cap on live prefix-cache sessions"),
     Flag("--max-concurrent", "model", "N", int_in(0, MAX_SESSIONS_LIMIT), "0 = resolved --max-sessions",
@@ -346,7 +349,7 @@ def _model_spec(m, served_name, jinja=False):
                      dies=m.get("--dies", DEFAULT_DIES), ctx_cap=m.get("--ctx-cap") or DEFAULT_CTX_CAP,
                      reasoning_budget=m.get("--reasoning-budget", 0), max_sessions=sessions,
                      max_concurrent=m.get("--max-concurrent") or sessions, chat_template=template,
-                     config=m.get("--config", ""))
+                     config=m.get("--config", ""), pooling=m.get("--pooling", ""))
 
 
 def _basename(path):

@@ -5,7 +5,7 @@ import pytest
 from pantheon.serve.dies import Die
 from pantheon.serve.settings import parse_serve_args
 from workers.layout import Layout
-from workers.slots import SlotBook
+from workers.slots import SlotBook, record, spec_of, with_pooling
 from workers.tables import DIE_FAILED, SLOT_FAILED, text
 
 LOAD_ERROR = "failed: UnsupportedDevice: cuda0: CuPy is not installed"
@@ -46,3 +46,24 @@ def test_without_a_load_error_the_exit_status_is_the_reason(book):
     book, tables = book
     book.die_failed(tables, 0, EXIT, notes=((1, 0, "another die's note"),))
     assert _slot(tables) == (SLOT_FAILED, EXIT)
+
+
+@pytest.mark.parametrize("pooling", ["", "none", "mean", "cls", "last", "rank"])
+def test_pooling_goes_through_the_slot_record_and_overrides_the_files(tmp_path, pooling):
+    import dataclasses
+
+    import numpy as np
+
+    from pantheon.gguf.config import ModelConfig
+    from workers.tables import SLOT_DTYPE
+
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    argv = ["--model", str(tmp_path / "m.gguf")] + (["--pooling", pooling] if pooling else [])
+    spec = parse_serve_args(argv, {}).models[0]
+    rec = np.zeros(1, SLOT_DTYPE)[0]
+    for key, value in record(spec, 1, "", 4, False).items():
+        rec[key] = value
+    back = spec_of(rec, ["cpu0"])[0]
+    assert back == dataclasses.replace(spec, dies=back.dies) and tuple(back.dies) == spec.dies
+    cfg = ModelConfig("llama", "m", 32, 64, 8, 1, 1, 1, 8, 16, 1e-5, 1e4, 8, False, pooling="mean")
+    assert with_pooling(cfg, rec) == dataclasses.replace(cfg, pooling=pooling or "mean")

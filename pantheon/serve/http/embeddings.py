@@ -65,12 +65,14 @@ def normalized(vector, how):
     return (v / norm if norm > 0 else np.zeros_like(v)).astype(np.float32)  # [d]
 
 
-def pooling(served):
-    """The pooling the model's embeddings use; a 400 when its GGUF says it makes none we serve."""
+def pooling(served, per_token=False):
+    """The pooling the model's embeddings use; a 400 when it is not one this route serves (`per_token`:
+    pooling none's one vector per token, which only llama-server's /embedding returns)."""
     kind = served.pooling or DEFAULT_POOLING
-    if kind == "none":
+    if kind == "none" and not per_token:
         raise RequestError(f"model {served.name} has pooling type 'none' (one embedding per token), which is "
-                           "not served: use a model that pools", param="model", code="unsupported_value")
+                           "not OpenAI-compatible: /embedding returns its per-token vectors",
+                           param="model", code="unsupported_value")
     if kind == "rank":
         raise RequestError(f"model {served.name} is a reranker (pooling type 'rank'): it scores documents "
                            "at /v1/rerank", param="model", code="unsupported_value")
@@ -128,6 +130,7 @@ class _Route:
     """What both routes share: the body, the model, the inputs' ids and their vectors."""
 
     schema, inputs = OPENAI, ("input",)  # the fields that may hold the inputs, the first present wins
+    per_token = False  # whether a model of pooling none is served (one vector per token)
 
     def __init__(self, backend, body_limit, recorder=None):
         self.backend, self.body_limit, self.recorder = backend, body_limit, recorder  # recorder: metrics
@@ -139,12 +142,12 @@ class _Route:
             raise bad(self.inputs[-1], "required", "missing_required_parameter")
         served = resolve(self.backend, body.get("model"))
         req.context.model = served.name
-        kind = pooling(served)
+        kind = pooling(served, self.per_token)
         lists = token_lists(served, body[name], name)
         vectors = embed_all(self.backend, served, lists, kind)
         if self.recorder is not None:
             self.recorder.tokens(served.name, sum(len(ids) for ids in lists), 0)
-        return body, served, lists, vectors
+        return body, served, lists, vectors, kind
 
 
 class Embeddings(_Route):
@@ -152,7 +155,7 @@ class Embeddings(_Route):
     cut to `dimensions` first when asked (Matryoshka-trained models keep their meaning when cut)."""
 
     def on_post(self, req, resp):
-        body, served, lists, vectors = self._run(req)
+        body, served, lists, vectors, _ = self._run(req)
         dims = body.get("dimensions", served.n_embd)
         if not 1 <= dims <= served.n_embd:
             raise bad("dimensions", f"model {served.name} makes {served.n_embd}-dimensional embeddings; "
@@ -170,12 +173,18 @@ class Embeddings(_Route):
 
 
 class NativeEmbedding(_Route):
-    """llama-server's /embedding (and /embeddings): [{"index", "embedding": [[...]]}], one pooled
-    vector per input wrapped in a list (per-token embeddings, pooling none, are not served)."""
+    """llama-server's /embedding (and /embeddings): [{"index", "embedding": [[...]]}], one pooled vector
+    per input wrapped in a list; for a model of pooling none, every token's vector, not normalized (as
+    llama-server: a norm is a pooled vector's)."""
 
     schema, inputs = NATIVE, ("input", "content")  # llama-server reads `input` before `content`
+    per_token = True
 
     def on_post(self, req, resp):
-        body, _, _, vectors = self._run(req)
+        body, served, _, vectors, kind = self._run(req)
         how = body.get("embd_normalize", EUCLIDEAN)
+        if kind == "none":
+            rows = [np.asarray(v, np.float32).reshape(-1, served.n_embd).tolist() for v in vectors]  # [n, dim] each
+            resp.media = [{"index": i, "embedding": r} for i, r in enumerate(rows)]
+            return
         resp.media = [{"index": i, "embedding": [normalized(v, how).tolist()]} for i, v in enumerate(vectors)]

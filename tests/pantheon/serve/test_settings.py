@@ -79,6 +79,17 @@ def test_every_per_model_flag():
     assert m == ModelSpec("/m/big.gguf", "big", ("cuda0", "cuda1"), 8192, 512, 16, 4)
 
 
+@pytest.mark.parametrize("value", ["none", "mean", "cls", "last", "rank"])
+def test_pooling_takes_llama_cpps_pooling_types(value):
+    assert parse("--model", "/m/a.gguf", "--pooling", value).models[0].pooling == value
+    assert parse("--model", "/m/a.gguf").models[0].pooling == ""
+
+
+@pytest.mark.parametrize("value", ["max", "NONE", "", "4"])
+def test_pooling_refuses_anything_else_by_name(value):
+    assert "--pooling" in refused("--model", "/m/a.gguf", "--pooling", value)
+
+
 def test_every_global_flag(tmp_path):
     keys = tmp_path / "keys"
     keys.write_text("# team keys\nk-one\n\n  k-two  \n#k-three\n")

@@ -106,6 +106,19 @@ def test_models_that_do_not_pool_are_refused_by_name(served, monkeypatch, poolin
     assert status == 400 and says in body["error"]["message"] and body["error"]["param"] == "model"
 
 
+def test_a_model_of_pooling_none_gives_every_tokens_raw_vector_at_embedding(served, hidden, monkeypatch):
+    """llama-server's per-token embeddings: one unnormalized row per token, on /embedding only."""
+    runner = served.backend._runner("qwen2")
+    monkeypatch.setattr(runner, "served", dataclasses.replace(runner.served, pooling="none"))
+    inputs = [[21, 22, 23, 24, 25], list(range(30, 100))]  # the second runs in two prefill chunks
+    status, _, body = call(served.port, "POST", "/embedding",
+                           {"model": "qwen2", "content": inputs, "embd_normalize": 2})
+    assert status == 200, body
+    for entry, ids in zip(body, inputs):
+        assert len(entry["embedding"]) == len(ids)
+        np.testing.assert_allclose(entry["embedding"], hidden(ids), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("fields, param", [
     ({}, "input"), ({"input": ""}, "input"), ({"input": []}, "input"), ({"input": ["a", ""]}, "input"),
     ({"input": [[]]}, "input"), ({"input": [1.5]}, "input"), ({"input": [True]}, "input"),
