@@ -52,7 +52,8 @@ class Request:
     n: int = 1
     # None: a generation; a pooling in POOLINGS: an embedding (max_tokens 0): the prompt's final normed
     # hidden states pooled into one EmbeddingEvent, then a DoneEvent, nothing sampled; "rank": a reranker's
-    # scores (its classification head over the row it reads) in the EmbeddingEvent instead
+    # scores (its classification head over the row it reads) in the EmbeddingEvent instead; "none": every
+    # position's state
     embed: Optional[str] = None
     # None: no prompt logprobs; k in 0..MAX_TOP: each prompt token after the first is scored as it is
     # computed (PromptLogprobsEvents, before the first token): OpenAI's echo with logprobs
@@ -348,7 +349,7 @@ class Engine:
         seq.pool.add(rows)
         if not last or seq.key not in self.running:
             return []
-        vector = seq.pool.vector()  # [dim]
+        vector = seq.pool.vector()  # [dim], or [positions, dim] for pooling none
         if seq.req.embed == "rank":
             vector = self.classifier.scores(vector)  # [n_cls_out]
         return [EmbeddingEvent(seq.req.id, vector)] + self._finish(seq, "stop")
