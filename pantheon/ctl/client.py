@@ -57,12 +57,15 @@ class AdminClient:
             raise _failure(status, body, "/health")
         return status, _object(body, "/health")
 
-    def load(self, path, name=None, dies=None, ctx_cap=None, batch_slots=None, timeout=None, wait=None, config=None):
-        """POST /admin/models/load; `wait` is how long to wait for the answer (>= the load timeout)."""
+    def load(self, path, name=None, dies=None, ctx_cap=None, batch_slots=None, timeout=None, wait=None, config=None,
+             extra=None):
+        """POST /admin/models/load; `wait` is how long to wait for the answer (>= the load timeout).
+
+        config and the `extra` fields (pooling, max_sessions, ...) go in the body only when not None."""
         body = {"path": path, "name": name, "dies": list(dies) if dies else None, "ctx_cap": ctx_cap,
                 "batch_slots": batch_slots, "timeout": timeout}
-        if config is not None:
-            body["config"] = config
+        optional = dict(extra or {}, config=config)
+        body.update({k: v for k, v in optional.items() if v is not None})
         return self._json("POST", "/admin/models/load", body, wait)
 
     def unload(self, name, timeout=None, wait=None):

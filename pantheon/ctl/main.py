@@ -12,8 +12,9 @@ from pantheon.ctl.fit import fit_text, fit_report
 from pantheon.ctl.ops_cli import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, OPS_RUNNERS, ops_commands
 from pantheon.ctl.values import parse_seconds, parse_size, parse_url, read_token_file
 from pantheon.errors import UsageError
-from pantheon.serve.flag_values import int_in, parse_dies, parse_id, parse_path, parse_secret
-from pantheon.serve.limits import DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, MAX_BATCH_SLOTS, MAX_CTX_CAP
+from pantheon.serve.flag_values import int_in, parse_dies, parse_id, parse_path, parse_pooling, parse_secret
+from pantheon.serve.limits import (DEFAULT_BATCH_SLOTS, DEFAULT_CTX_CAP, DEFAULT_DIES, MAX_BATCH_SLOTS, MAX_CTX_CAP,
+                                   MAX_SESSIONS_LIMIT)
 from pantheon.serve.settings import HelpRequested, next_option
 
 PROG = "pantheon-ctl"
@@ -75,6 +76,15 @@ _VRAM = Flag("--vram", "vram", "BYTES", parse_size, "free memory of each CUDA di
 _LOAD_TIMEOUT = Flag("--timeout", "op_timeout", "S", int_in(1, MAX_OP_TIMEOUT),
                      f"whole seconds the load may take [default: {DEFAULT_LOAD_TIMEOUT}]")
 _CONFIG = Flag("--config", "config", "PATH", parse_path, "HF config.json of a .safetensors PATH [default: beside it]")
+# the admin load body's per-model fields, named as pantheon-serve's --model flags name them
+_POOLING = Flag("--pooling", "pooling", "TYPE", parse_pooling, "embedding pooling: none, mean, cls, last, rank "
+                "[default: the GGUF's]")
+_SESSIONS = Flag("--max-sessions", "max_sessions", "N", int_in(0, MAX_SESSIONS_LIMIT),
+                 "cap on live prefix-cache sessions [default: the server's]")
+_CONCURRENT = Flag("--max-concurrent", "max_concurrent", "N", int_in(0, MAX_SESSIONS_LIMIT),
+                   "cap on requests generating at once [default: --max-sessions]")
+_BUDGET = Flag("--reasoning-budget", "reasoning_budget", "N", int_in(0, MAX_CTX_CAP),
+               "force </think> after N thinking tokens [default: 0, unbounded]")
 _UNLOAD_TIMEOUT = Flag("--timeout", "op_timeout", "S", int_in(0, MAX_OP_TIMEOUT),
                        f"whole seconds in-flight requests may finish in [default: {DEFAULT_UNLOAD_TIMEOUT}]")
 
@@ -83,7 +93,8 @@ COMMANDS = {c.name: c for c in (
     Command("dies", None, None, (), "dies, their workers and memory (GET /admin/dies)"),
     Command("health", None, None, (), "the public health check (GET /health)"),
     Command("load", "PATH", "target", (Flag("--name", "name", "ID", parse_id, "served name [default: file name]"),
-                                       _DIES, _CTX, _SLOTS, _LOAD_TIMEOUT, _CONFIG),
+                                       _DIES, _CTX, _SLOTS, _LOAD_TIMEOUT, _CONFIG, _POOLING, _SESSIONS,
+                                       _CONCURRENT, _BUDGET),
             "load a GGUF file or HF model directory; PATH is opened by the server"),
     Command("unload", "NAME", "target", (_UNLOAD_TIMEOUT,),
             "unload a model; requests still running after --timeout are aborted"),
@@ -124,6 +135,10 @@ class Invocation:
     chart: Optional[str] = None
     record: bool = False
     hf_endpoint: str = DEFAULT_HF_ENDPOINT
+    pooling: Optional[str] = None
+    max_sessions: Optional[int] = None
+    max_concurrent: Optional[int] = None
+    reasoning_budget: Optional[int] = None
 
 
 def parse_ctl_args(argv, environ=os.environ):
@@ -241,10 +256,14 @@ def run_health(inv, client, out):
     return EXIT_OK if status == 200 else EXIT_UNAVAILABLE
 
 
+LOAD_EXTRAS = ("pooling", "max_sessions", "max_concurrent", "reasoning_budget")  # sent only when given
+
+
 def run_load(inv, client, out):
     timeout = DEFAULT_LOAD_TIMEOUT if inv.op_timeout is None else inv.op_timeout
     payload = client.load(inv.target, name=inv.name, dies=inv.dies, ctx_cap=inv.ctx, batch_slots=inv.slots,
-                          timeout=timeout, wait=_wait(inv, timeout), config=inv.config)
+                          timeout=timeout, wait=_wait(inv, timeout), config=inv.config,
+                          extra={f: getattr(inv, f) for f in LOAD_EXTRAS})
     model = _shaped(payload, "model", dict)["model"]
     out.write(fmt.to_json(payload) if inv.json else fmt.model_line("loaded", model))
     return EXIT_OK

@@ -246,6 +246,22 @@ def test_pantheon_ctl_against_the_live_server(server):
     assert code == 0 and "base" in out
 
 
+def test_pantheon_ctl_load_pooling_reaches_the_die(server):
+    code, out, err = ctl(server, "load", "qwen2-q8_0.gguf", "--name", "pertoken", "--dies", "cpu1",
+                         "--pooling", "none", "--max-sessions", "4")
+    assert code == 0, err
+    try:
+        status, raw, _ = server.request("POST", "/embedding", {"model": "pertoken", "content": [5, 6, 7]},
+                                        headers=USER, timeout=120)
+        assert status == 200, raw
+        rows = json.loads(raw)[0]["embedding"]
+        assert len(rows) == 3 and len({len(r) for r in rows}) == 1  # one vector per token: pooling none
+        code, out, err = ctl(server, "load", "qwen2-q8_0.gguf", "--name", "other", "--pooling", "sum")
+        assert code == 2 and "--pooling" in err
+    finally:
+        assert ctl(server, "unload", "pertoken")[0] == 0
+
+
 def test_admin_disabled_on_a_public_bind_without_a_token():
     srv = Server(["--host", "0.0.0.0", "--model", str(shared_path("golden", "llama-q8_0.gguf"))])
     try:

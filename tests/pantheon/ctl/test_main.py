@@ -253,6 +253,21 @@ def test_load_defaults(stub):
                                         "batch_slots": None, "timeout": ctl.DEFAULT_LOAD_TIMEOUT}
 
 
+def test_load_sends_the_per_model_fields_only_when_given(stub):
+    stub.routes[("POST", "/admin/models/load")] = (200, {"model": MODELS["models"][1]})
+    assert run("load", "e.gguf", "--url", stub.url, "--pooling", "none", "--max-sessions", "8",
+               "--max-concurrent=4", "--reasoning-budget", "0")[0] == 0
+    body = stub.requests[0]["body"]
+    assert (body["pooling"], body["max_sessions"], body["max_concurrent"], body["reasoning_budget"]) == ("none", 8, 4, 0)
+
+
+@pytest.mark.parametrize("flag, value", [("--pooling", "sum"), ("--max-sessions", "-1"),
+                                         ("--max-concurrent", "many"), ("--reasoning-budget", "1.5")])
+def test_bad_per_model_load_fields_are_usage_errors_and_send_nothing(stub, flag, value):
+    rc, out, err = run("load", "e.gguf", "--url", stub.url, flag, value)
+    assert rc == 2 and flag in err and not stub.requests
+
+
 def test_load_sends_an_hf_config(stub):
     stub.routes[("POST", "/admin/models/load")] = (200, {"model": MODELS["models"][1]})
     assert run("load", "m/model.safetensors", "--config", "meta/config.json", "--url", stub.url)[0] == 0
