@@ -11,7 +11,8 @@ from pantheon.serve import core
 from pantheon.serve.metrics import pressure_lines
 from pantheon.serve.settings import context_size
 from pantheon.serve.http.backend import ModelInfo, Unavailable, UnknownModel
-from pantheon.source import open_text
+from pantheon.serve.model_card import model_card
+from pantheon.source import open_files, text_side
 from workers import protocol
 from workers.protocol import Kind
 from workers.ring_stream import RingStream, Shutdown, final_frame
@@ -189,7 +190,9 @@ class RingBackend:
 def _open_served(rec, template=None):
     """Tokenizer, template and context of a slot, from its GGUF metadata or HF tokenizer files (no
     weights touched); `template` (--chat-template) overrides the model's."""
-    tok, meta, cfg = open_text(text(rec["path"]), text(rec["config"]) or None)
+    files, cfg = open_files(text(rec["path"]), text(rec["config"]) or None, tensors=False)
+    tok, meta = text_side(files)
     cfg = with_pooling(cfg, rec)
     n_ctx = context_size(int(rec["ctx_cap"]), cfg.n_ctx_train)
-    return core.served_model(text(rec["name"]), meta, n_ctx, tok, template, int(rec["batch_slots"]), cfg)
+    return core.served_model(text(rec["name"]), meta, n_ctx, tok, template, int(rec["batch_slots"]), cfg,
+                             model_card(files, cfg))

@@ -8,17 +8,17 @@ THINK_TAGS = ("<think>", "</think>")
 RERANK_TEMPLATE = "tokenizer.chat_template.rerank"  # llama.cpp's named template for a reranker's prompt
 
 
-def served_model(name, metadata, n_ctx, tokenizer, template=None, max_choices=1, config=None):
+def served_model(name, metadata, n_ctx, tokenizer, template=None, max_choices=1, config=None, card=None):
     """The front's view of one model: tokenizer, chat prompts (`metadata` as the chat template reads it;
     `template`, --chat-template, overrides the model's), context, think tags, the most choices (n)
     one request may take (the sequences its engine decodes together), from its ModelConfig
-    `config` the embedding size and pooling, and a reranker's prompt template."""
+    `config` the embedding size and pooling, a reranker's prompt template, and its file's ModelCard."""
     ids = tuple(tokenizer.token_to_id.get(t) for t in THINK_TAGS)
     rerank = metadata.get(RERANK_TEMPLATE)
     return ServedModel(name, tokenizer, PromptBuilder(tokenizer, metadata, template_source=template), n_ctx,
                        ids if None not in ids else (), max(1, max_choices),
                        config.dim if config else 0, config.pooling if config else "",
-                       rerank if isinstance(rerank, str) else "")
+                       rerank if isinstance(rerank, str) else "", card)
 
 
 def admit(served, request):

@@ -10,6 +10,7 @@ from collections import deque
 from pantheon.engine.scheduler import DoneEvent, EmbeddingEvent, Engine, EngineConfig, PromptLogprobsEvent, Request
 from pantheon.errors import EngineError
 from pantheon.serve import core
+from pantheon.serve.model_card import model_card
 from pantheon.serve.http.backend import (Embedding, Finished, GenerationFailed, ModelInfo, Overloaded,
                                          PromptLogprobs, Tokens, UnknownModel, Unavailable)
 from pantheon.serve.metrics import Layout, Recorder
@@ -74,6 +75,12 @@ class LocalStream:
             self.runner.commands.put(("cancel", (self, choice)))
 
 
+def _card(model):
+    """The ModelCard of a model opened from a file; None for one built in memory (no file to describe)."""
+    files = getattr(model, "gguf", None)
+    return None if files is None else model_card(files, model.config)
+
+
 class _Runner:
     """One model: its engine, the thread that alone touches it, admission and service-time stats."""
 
@@ -81,7 +88,8 @@ class _Runner:
         self.name, self.model, self.config = name, model, config
         self.max_concurrent, self.max_queue, self.recorder = max_concurrent, max_queue, recorder
         self.served = core.served_model(name, model.chat_metadata, config.n_ctx, model.tokenizer, template,
-                                        min(config.max_batch, max_concurrent), model.config)
+                                        min(config.max_batch, max_concurrent), model.config,
+                                        _card(model))
         self.commands = queue.Queue()
         self.state = "loaded"
         self.reason = ""  # why the model failed, for /health and /v1/models

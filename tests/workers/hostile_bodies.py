@@ -2,7 +2,7 @@
 
 from hypothesis import strategies as st
 
-from pantheon.serve.http import embeddings, rerank, validate
+from pantheon.serve.http import embeddings, ollama_fields, rerank, validate
 
 F32_MAX, F32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
 EXTREME_NUMBERS = [F32_MAX, -F32_MAX, 3.5e38, -3e38, 1e39, F32_TINY, 1e-38, 1e-45, 5e-324, -5e-324, 0.0, -0.0,
@@ -79,6 +79,38 @@ rerank_body = st.fixed_dictionaries(
     {"query": field(st.text(max_size=20)), "documents": field(st.lists(st.text(max_size=8), max_size=3))},
     optional=dict(every_field(rerank.SCHEMA, {"model": field(st.just("m")), "top_n": field(st.integers(-2, 4))},
                               ("query", "documents")), extra=junk))
+# Ollama's bodies: num_predict stays small when valid (Ollama streams, and without it a reply runs long)
+ollama_options = st.one_of(
+    st.fixed_dictionaries({"num_predict": st.integers(1, 4)}, optional=dict(
+        {k: field(v) for k, v in (("temperature", st.floats(0, 2)), ("top_k", st.integers(0, 100)),
+                                  ("top_p", st.floats(0, 1)), ("seed", st.integers()), ("num_ctx", st.integers()),
+                                  ("stop", st.lists(st.text(min_size=1, max_size=4), max_size=3)))},
+        mirostat=junk, typical_p=junk, repeat_last_n=numbers, num_thread=junk, bogus=junk)),
+    st.fixed_dictionaries({"num_predict": st.sampled_from([0, -3, -2**31 - 1, 2**31, 10**30, 1.5, "3", True, [], {}])}),
+    junk.filter(lambda v: not isinstance(v, dict)))
+ollama_message = st.fixed_dictionaries({"role": field(roles), "content": field(st.text(max_size=40))},
+                                       optional={"images": junk, "tool_calls": junk, "tool_name": junk,
+                                                 "thinking": junk, "junk": junk})
+# the model is mostly one served (with or without Ollama's tag), so the other fields get looked at
+OLLAMA = {"model": st.one_of(st.sampled_from(["m", "m:latest"]), st.sampled_from(["m", "m:latest"]),
+                             field(st.just("m:7b"))), "stream": field(st.booleans()),
+          "keep_alive": field(st.sampled_from(["5m", -1, 0, "1h30m", "0s"])),
+          "format": field(st.sampled_from(["json", "", {"type": "object"}])), "think": field(st.booleans())}
+ollama_chat = st.fixed_dictionaries(
+    {"model": OLLAMA["model"], "messages": field(st.lists(ollama_message, max_size=3)), "options": ollama_options},
+    optional=dict(every_field(ollama_fields.CHAT, OLLAMA, ("model", "messages", "options")), extra=junk))
+ollama_generate = st.fixed_dictionaries(
+    {"model": OLLAMA["model"], "prompt": field(st.text(max_size=40)), "options": ollama_options},
+    optional=dict(every_field(ollama_fields.GENERATE, dict(
+        OLLAMA, raw=field(st.booleans()), suffix=field(st.text(max_size=8)), system=field(st.text(max_size=8)),
+        template=field(st.just("")), context=field(st.lists(st.integers(-5, 5000), max_size=6))),
+        ("model", "prompt", "options")), extra=junk))
+ollama_embed = st.fixed_dictionaries({"model": OLLAMA["model"],
+                                      "input": field(st.one_of(st.text(max_size=20), st.lists(st.text(max_size=8),
+                                                                                              max_size=3)))},
+                                     optional=dict(every_field(ollama_fields.EMBED, dict(
+                                         OLLAMA, truncate=field(st.booleans()), dimensions=field(st.integers(-2, 300))),
+                                         ("model", "input")), extra=junk))
 admin_load = st.fixed_dictionaries({}, optional={"path": field(st.sampled_from(["/proc/self/mem", "/dev/zero", "/",
                                                                                  "x" * 1025, "../../etc/passwd"])),
                                                  "name": field(st.text(max_size=70)), "dies": junk,
@@ -101,6 +133,7 @@ raw_bodies = st.one_of(st.integers(1, 200_000).map(nested), st.binary(max_size=4
 
 ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), ("/tokenize", tokenize),
              ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload),
-             ("/v1/embeddings", embed), ("/embedding", native_embed), ("/v1/rerank", rerank_body)]
+             ("/v1/embeddings", embed), ("/embedding", native_embed), ("/v1/rerank", rerank_body),
+             ("/api/chat", ollama_chat), ("/api/generate", ollama_generate), ("/api/embed", ollama_embed)]
 requests = st.one_of(*[st.tuples(st.just(path), body) for path, body in ENDPOINTS],
                      st.tuples(st.sampled_from([p for p, _ in ENDPOINTS]), raw_bodies))

@@ -80,6 +80,9 @@ def test_fuzz_every_endpoint_body(server, request):
         assert b'data: {"error"' not in out, (path, raw[:300], out[-500:])
         if status == 200 and out.startswith(b"data:"):
             assert out.rstrip().endswith(b"data: [DONE]"), (path, raw[:300], out[-300:])
+        if status == 200 and path.startswith("/api/"):  # Ollama's answers: JSON lines, the last one done
+            last = json.loads(out.splitlines()[-1])
+            assert "error" not in last and last.get("done", True), (path, raw[:300], out[-300:])
 
     one()
     client.close()

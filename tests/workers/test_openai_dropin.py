@@ -1,5 +1,6 @@
 """Acceptance: the official openai client (sync, async, streaming) against a real pantheon-serve:
-a tool-calling loop on a model given a tool-capable template, and json_schema answers that validate."""
+a tool-calling loop on a model given a tool-capable template, and json_schema answers that validate;
+the official ollama client on the same server."""
 
 import asyncio
 import json
@@ -173,3 +174,28 @@ def test_per_token_timings_through_the_rings_know_the_prompt_from_the_first_toke
         assert len(counts) == 1
     prompt_n, cache_n = counts.pop()
     assert cache_n > 0 and prompt_n >= 1
+
+
+def test_the_ollama_client_through_the_rings(server):
+    """Ollama's routes on the ring backend: the slot's file described, a greedy chat streamed and whole the
+    same as the OpenAI route's, an embedding as the engine pools it."""
+    ollama = pytest.importorskip("ollama")
+    client = ollama.Client(host=server.url, timeout=300)
+    listed = {m.model: m for m in client.list().models}
+    assert set(listed) == {"qwen2:latest", "demo:latest", "rr:latest"}
+    qwen = listed["qwen2:latest"].details
+    assert (qwen.family, qwen.quantization_level, qwen.format) == ("qwen2", "Q8_0", "gguf")
+    messages = [{"role": "user", "content": "Say something."}]
+    whole = client.chat(model="qwen2", messages=messages, options={"temperature": 0, "num_predict": 8}, stream=False)
+    streamed = list(client.chat(model="qwen2:latest", messages=messages, options={"temperature": 0, "num_predict": 8},
+                                stream=True))
+    assert "".join(c.message.content for c in streamed) == whole.message.content and streamed[-1].done
+    oai = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    same = oai.chat.completions.create(model="qwen2", messages=messages, temperature=0, max_tokens=8)
+    assert same.choices[0].message.content == whole.message.content
+    assert same.usage.prompt_tokens == whole.prompt_eval_count and same.usage.completion_tokens == whole.eval_count
+    model = pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
+    ids = model.tokenizer.encode("rings", add_special=True, parse_special=True)
+    last = model.forward([(model.new_cache(64), ids)], hidden=[0])[0][-1].astype(np.float64)  # [dim]
+    np.testing.assert_allclose(client.embed(model="qwen2", input="rings").embeddings[0], last / np.linalg.norm(last),
+                               atol=2e-5)

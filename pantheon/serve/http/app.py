@@ -8,6 +8,8 @@ from pantheon.serve.http.auth import BearerAuth
 from pantheon.serve.http.completions import ChatCompletions, Completions, Options
 from pantheon.serve.http.cors import Cors
 from pantheon.serve.http.native import ApplyTemplate, Infill, NativeCompletion, Props, Slots
+from pantheon.serve.http.ollama import OllamaChat, OllamaErrors, OllamaGenerate
+from pantheon.serve.http.ollama_models import Embed, Embeddings as OllamaEmbeddings, Running, Show, Tags, Version
 from pantheon.serve.http.disconnect import DisconnectWatch
 from pantheon.serve.http.embeddings import Embeddings, NativeEmbedding
 from pantheon.serve.http.request_id import RequestId
@@ -21,7 +23,21 @@ RERANK_ROUTES = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")  # llam
 ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "completions",
              "/chat/completions": "chat_completions", "/completions": "completions",
              "/tokenize": "tokenize", "/detokenize": "detokenize", "/v1/embeddings": "embeddings",
-             "/embeddings": "embeddings", "/embedding": "embeddings", **{r: "rerank" for r in RERANK_ROUTES}}
+             "/embeddings": "embeddings", "/embedding": "embeddings", **{r: "rerank" for r in RERANK_ROUTES},
+             "/api/chat": "chat_completions", "/api/generate": "completions", "/api/embed": "embeddings",
+             "/api/embeddings": "embeddings"}
+
+
+def _add_ollama_routes(app, backend, options, body_limit, metrics):
+    """Ollama's API (/api/...), for clients written against an Ollama server."""
+    app.add_route("/api/version", Version())
+    app.add_route("/api/tags", Tags(backend))
+    app.add_route("/api/ps", Running(backend))
+    app.add_route("/api/show", Show(backend, body_limit))
+    app.add_route("/api/chat", OllamaChat(backend, options))
+    app.add_route("/api/generate", OllamaGenerate(backend, options))
+    app.add_route("/api/embed", Embed(backend, body_limit, metrics))
+    app.add_route("/api/embeddings", OllamaEmbeddings(backend, body_limit, metrics))
 
 
 class _CountRequests:
@@ -50,7 +66,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     in content; "auto"/"deepseek" move it to reasoning_content (a request's reasoning_format wins).
     The OpenAI routes answer with and without the /v1 prefix, as bare base URLs call them.
     """
-    middleware = [RequestId(), Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys)]
+    middleware = [RequestId(), Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys),
+                  OllamaErrors()]
     middleware += [_CountRequests(metrics)] if metrics is not None else []
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
@@ -76,6 +93,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.add_route("/tokenize", Tokenize(backend, body_limit))
     app.add_route("/detokenize", Detokenize(backend, body_limit))
     app.add_route("/metrics", Metrics(backend))
+    _add_ollama_routes(app, backend, options, body_limit, metrics)
     if admin is not None:
         add_admin_routes(app, admin, body_limit)
     return app

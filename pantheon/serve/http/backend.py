@@ -78,6 +78,7 @@ class ServedModel:
     n_embd: int = 0  # the hidden size: an embedding's length
     pooling: str = ""  # the GGUF's {arch}.pooling_type name, "" when it states none (pantheon.gguf.config)
     rerank_template: str = ""  # tokenizer.chat_template.rerank: a reranker's prompt, {query} and {document}
+    card: object = None  # pantheon.serve.model_card.ModelCard of its file (Ollama's /api/tags), None if unknown
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ def plan(served, parsed, reasoning_format="auto"):
     output = ChatOutput(fmt, (parsed.reasoning_format or reasoning_format) != "none", thinking,
                         parsed.parallel_tool_calls, prefix, named)
     grammar = (_call_grammar(fmt, tools, parsed.tool_choice) if prefix
-               else _format_grammar(parsed.response_format) or parsed.grammar)
+               else format_grammar(parsed.response_format) or parsed.grammar)
     return ChatPlan(served.prompts.encode_chat(text + prefix), output, grammar)
 
 
-def _format_grammar(response_format):
+def format_grammar(response_format):
     """json_object: any JSON object; json_schema: its schema (strict or not, the grammar holds it)."""
     kind = (response_format or {}).get("type", "text")
     if kind == "text":

@@ -105,7 +105,7 @@ class _GenerateResource:
         parsed = validate.check(json_body.read_json(req, self.options.body_limit), self.schema, self.required)
         served = resolve(self.backend, parsed.model)
         req.context.model = served.name
-        picks = self._start(req, served, parsed, started)
+        picks = self.start(req, served, parsed, started)
         replica = getattr(picks[0].gen.stream, "replica", None)
         if replica:
             resp.set_header("X-Pantheon-Replica", replica)  # which die runs it: for operators and tests
@@ -124,12 +124,12 @@ class _GenerateResource:
             resp.media = dict(env.body(bodies, total_usage(c.gen.usage for c in picks)),
                               timings=timings.final(c.gen for c in picks))
 
-    def _start(self, req, served, parsed, started):
+    def start(self, req, served, parsed, started, plans=None):
         """Build every prompt first (a bad one starts nothing), then start one generation per prompt, split
         into its n choices (choice index = prompt index x n + k, as OpenAI numbers them); a refusal cancels
-        those already started."""
+        those already started. `plans`: prompts built by the caller (default: this route's prepare)."""
         session = req.get_header(SESSION_HEADER) or parsed.user
-        plans = self.prepare(served, parsed)
+        plans = self.prepare(served, parsed) if plans is None else plans
         spell = None if parsed.logprobs is None else TokenText(served.tokenizer)
         requests = [generation_request(served, parsed, p.ids, session, self.options.default_max_tokens, p.grammar)
                     for p in plans]
