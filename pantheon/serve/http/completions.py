@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from pantheon.serve.http import chat_plan, choices, json_body, sse, timings, validate
+from pantheon.serve.http import best_of, chat_plan, choices, json_body, sse, timings, validate
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
@@ -51,13 +51,15 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     wanted = {-1: room, None: default_max_tokens or room}.get(parsed.max_tokens, parsed.max_tokens)
     sampling = SamplingParams(**_banned_eos(parsed, served.tokenizer.stop_ids))
     sampling.validate(served.tokenizer.n_vocab)
-    if parsed.n > served.max_choices:
-        raise RequestError(f"n: model {served.name} runs at most {served.max_choices} choices per request (the "
-                           f"sequences it decodes together: --batch-slots), got {parsed.n}", param="n")
+    runs, field = max(parsed.n, parsed.best_of), "n" if parsed.best_of <= parsed.n else "best_of"
+    if runs > served.max_choices:
+        raise RequestError(f"{field}: model {served.name} runs at most {served.max_choices} choices per request (the "
+                           f"sequences it decodes together: --batch-slots), got {runs}", param=field)
+    # best_of ranks candidates by their tokens' logprobs: scored even when the answer shows none
+    scored = 0 if parsed.logprobs is None and parsed.best_of > parsed.n else parsed.logprobs
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
                              frozenset(served.tokenizer.stop_ids), session, grammar=grammar,
-                             logprobs=parsed.logprobs, n=parsed.n,
-                             prompt_logprobs=parsed.logprobs if parsed.echo else None)
+                             logprobs=scored, n=runs, prompt_logprobs=parsed.logprobs if parsed.echo else None)
 
 
 def _banned_eos(parsed, stop_ids):
@@ -117,7 +119,7 @@ class _GenerateResource:
             resp.stream = SseBody(self._events(picks, env), *(c.gen for c in picks))
         else:
             try:
-                bodies = [choices.whole(env, c) for c in picks]
+                bodies = best_of.best(picks, [choices.whole(env, c) for c in picks], parsed.n, parsed.best_of)
             finally:
                 for c in picks:
                     c.gen.cancel()  # a no-op for those that ended; the others must not run on unread

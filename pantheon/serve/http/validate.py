@@ -7,8 +7,8 @@ from typing import Optional
 
 from pantheon.serve.http import llama_fields, sampler_order
 from pantheon.serve.http.errors import RequestError
-from pantheon.serve.http.field_types import (INT32_MAX, MAX_TOP_LOGPROBS, bad, boolean, divisor, integer, last_n,
-                                             number, positive, seed, show, string, top_k)
+from pantheon.serve.http.field_types import (INT32_MAX, MAX_CHOICES, MAX_TOP_LOGPROBS, bad, boolean, divisor, integer,
+                                             last_n, number, positive, seed, show, string, top_k)
 
 MAX_STOPS = 32  # OpenAI takes 4; llama-server and vLLM any number, and their chat UIs send a dozen
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -46,6 +46,7 @@ class Parsed:
     timings_per_token: bool = False  # llama-server's: every stream chunk carries the timings so far
     predict_limit: Optional[float] = None  # llama-server's t_max_predict_ms, in seconds: see Generation
     min_indent: int = 0  # llama-server's n_indent: see Generation
+    best_of: int = 1  # completions: candidates generated per prompt, the n best by logprob per token answered
 
 
 
@@ -74,11 +75,8 @@ def stop(name, v):
 
 
 def best_of(name, v):
-    """Only best_of=1: ranking extra completions by logprob is not implemented (use n for several)."""
-    if integer(name, v) != 1:
-        raise bad(name, f"only best_of=1 is supported, got {v}; ask for several choices with n",
-                  "unsupported_value")
-    return 1
+    """Candidates generated per prompt, of which the n best are answered (at least n: checked in check())."""
+    return integer(name, v, 1, MAX_CHOICES)
 
 
 def response_format(name, v):
@@ -278,8 +276,19 @@ DETOKENIZE = {"model": string, "tokens": token_ids}
 def check(body, schema, required):
     """Parsed fields of a generation request body; RequestError naming the first bad or unknown field."""
     values = fields(body, schema, required)
-    return dataclasses.replace(_parsed(values), logprobs=_logprobs(values, "messages" in schema),
-                               grammar=_grammar(values))
+    parsed = dataclasses.replace(_parsed(values), logprobs=_logprobs(values, "messages" in schema),
+                                 grammar=_grammar(values))
+    return _checked_best_of(parsed, values.get("best_of", parsed.n))
+
+
+def _checked_best_of(parsed, best):
+    """OpenAI's rules: best_of at least n, and no stream (the best is known only once all have ended)."""
+    if best < parsed.n:
+        raise bad("best_of", f"must be at least n ({parsed.n}), got {best}", "invalid_value")
+    if best > parsed.n and parsed.stream:
+        raise bad("best_of", "cannot be used with stream: the best candidates are known only at the end",
+                  "invalid_value")
+    return dataclasses.replace(parsed, best_of=best)
 
 
 def _grammar(values):

@@ -1,10 +1,12 @@
 """n > 1 over HTTP (in-process backend): choices from one prompt prefill, each reproducible by its seed."""
 
+import numpy as np
 import pytest
 
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from tests.pantheon.serve.http.server import Served, call, open_models
+from tests.pantheon.serve.http.test_logprobs import log_softmax_rows
 from tests.pantheon.serve.http.test_errors import error_of
 
 PROMPT = [1, 500, 600, 700]
@@ -66,6 +68,32 @@ def test_n_choices_are_each_seeds_own_and_share_one_prompt_prefill(counted, refe
     assert body["usage"]["completion_tokens"] == 18
 
 
+def test_best_of_answers_the_candidates_of_highest_logprob_per_token(served, reference):
+    """Candidate k is what seed + k gives alone; the n answered are those whose tokens have the highest
+    mean log_softmax under the reference model (teacher-forced), best first."""
+    status, _, body = call(served.port, "POST", "/v1/completions",
+                           dict(HOT, model="qwen2", prompt=PROMPT, max_tokens=6, n=2, best_of=4))
+    assert status == 200, body
+    model = reference["qwen2"]
+    candidates = [alone(model, HOT["seed"] + k, 6) for k in range(4)]
+    means = [log_softmax_rows(model, PROMPT, c)[np.arange(len(c)), c].mean() for c in candidates]
+    assert len(set(np.round(means, 4))) == 4  # distinct, so the ranking is decided
+    order = sorted(range(4), key=lambda k: -means[k])
+    texts = [model.tokenizer.decode(candidates[k]) for k in order[:2]]
+    assert [(c["index"], c["text"], c["logprobs"]) for c in body["choices"]] == [(0, texts[0], None),
+                                                                                 (1, texts[1], None)]
+    assert body["usage"]["completion_tokens"] == 24  # every candidate's tokens are billed, as OpenAI's
+
+
+def test_best_of_ranks_each_prompts_candidates_apart(served):
+    status, _, body = call(served.port, "POST", "/v1/completions",
+                           dict(HOT, model="qwen2", prompt=[PROMPT, PROMPT[:3]], max_tokens=3, best_of=2,
+                                logprobs=1))
+    assert status == 200, body
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    assert all(len(c["logprobs"]["tokens"]) == 3 for c in body["choices"])  # asked for: shown
+
+
 def test_streamed_choices_match_the_non_streamed_ones(client):
     kwargs = dict(model="llama", messages=[{"role": "user", "content": "Hi"}], max_tokens=5, n=2,
                   temperature=100.0, top_p=1.0, seed=3, extra_body={"top_k": 0, "min_p": 0.0})
@@ -107,7 +135,10 @@ def test_a_stop_string_ends_only_its_own_choice(served):
     ("/v1/completions", {"prompt": "x", "n": 5}, "n"),  # more than the model decodes together (4)
     ("/v1/completions", {"prompt": "x", "n": 0}, "n"),
     ("/v1/completions", {"prompt": "x", "n": 129}, "n"),
-    ("/v1/completions", {"prompt": "x", "best_of": 2}, "best_of"),
+    ("/v1/completions", {"prompt": "x", "best_of": 5}, "best_of"),  # more than the model decodes together
+    ("/v1/completions", {"prompt": "x", "n": 3, "best_of": 2}, "best_of"),  # fewer than n
+    ("/v1/completions", {"prompt": "x", "best_of": 2, "stream": True}, "best_of"),  # the best is known at the end
+    ("/v1/completions", {"prompt": "x", "best_of": 0}, "best_of"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 9}, "n"),
 ])
 def test_n_out_of_bounds_is_a_typed_400(served, path, body, param):
