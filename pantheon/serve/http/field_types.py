@@ -87,3 +87,13 @@ def seed(name, v):
     """Any 64-bit integer, signed or not, as OpenAI allows; negative seeds wrap to the unsigned range."""
     return integer(name, v, -2**63, 2**64 - 1) % 2**64
 
+
+
+def known_object(where, v, keys):
+    """`v` when it is an object whose every key is in `keys`; else a 400 naming `where` or the key."""
+    if not isinstance(v, dict):
+        raise bad(where, "expected an object")
+    for key in v:
+        if key not in keys:
+            raise bad(f"{where}.{key}", "unknown field", "unknown_field")
+    return v

@@ -5,7 +5,7 @@ import re
 
 from pantheon.serve.http import validate
 from pantheon.serve.http.errors import RequestError
-from pantheon.serve.http.field_types import bad, boolean, integer, number, show, string
+from pantheon.serve.http.field_types import bad, boolean, integer, known_object, number, show, string
 
 # options that shape what is generated: the Ollama name and the chat (or llama-server) field it sets
 SAMPLING = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed",
@@ -82,11 +82,7 @@ def messages(name, v):
 
 
 def _message(where, m):
-    if not isinstance(m, dict):
-        raise bad(where, "expected an object")
-    for key in m:
-        if key not in MESSAGE_KEYS:
-            raise bad(f"{where}.{key}", "unknown field", "unknown_field")
+    known_object(where, m, MESSAGE_KEYS)
     if m.get("images") is not None:
         no_images(f"{where}.images", m["images"])
     out = {"role": m.get("role"), "content": m.get("content") or ""}

@@ -8,7 +8,7 @@ from typing import Optional
 from pantheon.serve.http import llama_fields, sampler_order
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import (INT32_MAX, MAX_CHOICES, MAX_TOP_LOGPROBS, bad, boolean, divisor, integer,
-                                             last_n, number, positive, seed, show, string, top_k)
+                                             known_object, last_n, number, positive, seed, show, string, top_k)
 
 MAX_STOPS = 32  # OpenAI takes 4; llama-server and vLLM any number, and their chat UIs send a dozen
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -208,11 +208,7 @@ def messages(name, v):
 
 
 def _message(where, m):
-    if not isinstance(m, dict):
-        raise bad(where, "expected an object")
-    for key in m:
-        if key not in MESSAGE_KEYS:
-            raise bad(f"{where}.{key}", "unknown field", "unknown_field")
+    known_object(where, m, MESSAGE_KEYS)
     role = m.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise bad(f"{where}.role", f"expected one of {sorted(ROLES)}, got {show(role)}", "invalid_value")
