@@ -105,6 +105,8 @@ class SlotBook:
                 reason = reasons.get(i, text(rec["reason"])) if state == SLOT_FAILED else ""
                 tables.write_slot(i, state=state, reason=reason)
                 changed.append((s["name"], state))
+            elif state == SLOT_FAILED and i in reasons and not text(rec["reason"]):
+                tables.write_slot(i, reason=reasons[i])  # the die's failed bit was seen before its note came
         return changed
 
     def _state(self, tables, i, mask):

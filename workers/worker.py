@@ -72,9 +72,9 @@ class DieWorker:
             except Exception as e:  # a model that cannot load must not take the die's other models down
                 self.engines.pop(i, None)
                 self.rec["loaded"] = int(self.rec["loaded"]) & ~(1 << i)
-                self.rec["failed"] |= 1 << i
                 reason = protocol.encode_slot(i, f"failed: {type(e).__name__}: {e}")
-                self.to_sup.send(Kind.SLOT_FAILED, 0, 0, reason, timeout=1.0)
+                self.to_sup.send(Kind.SLOT_FAILED, 0, 0, reason, timeout=1.0)  # the why before the bit
+                self.rec["failed"] |= 1 << i
         self._beat()
 
     def _beat(self):

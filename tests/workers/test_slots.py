@@ -42,6 +42,15 @@ def test_a_load_error_recorded_earlier_is_not_replaced_by_the_exit_status(book):
     assert _slot(tables) == (SLOT_FAILED, LOAD_ERROR)
 
 
+def test_a_load_error_that_arrives_after_the_failed_bit_still_becomes_the_reason(book):
+    """The supervisor may read a die's failed bit before the dispatcher has taken the die's note."""
+    book, tables = book
+    assert book.refresh(tables, ()) == [("m", SLOT_FAILED)]
+    assert _slot(tables) == (SLOT_FAILED, "")
+    assert book.refresh(tables, ((0, 0, LOAD_ERROR),)) == []
+    assert _slot(tables) == (SLOT_FAILED, LOAD_ERROR)
+
+
 def test_without_a_load_error_the_exit_status_is_the_reason(book):
     book, tables = book
     book.die_failed(tables, 0, EXIT, notes=((1, 0, "another die's note"),))
