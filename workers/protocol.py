@@ -46,7 +46,8 @@ class Kind(enum.IntEnum):
     UNLOAD_SLOT = 11  # supervisor -> die: drop model slot (u16); its requests end with UNAVAILABLE
     SLOT_FAILED = 12  # die -> supervisor: model slot (u16) could not be loaded, then the reason (UTF-8)
     FREE_CACHES = 13  # supervisor -> die: memory pressure, drop idle sessions' prefix caches; empty
-    EMBEDDING = 14   # die -> front: an embedding job's pooled vector (float32 array), before its DONE
+    EMBEDDING = 14   # die -> front: a piece of an embedding job's float32 values (seq = index of its first
+                     # value), the pieces in order, before its DONE
     PROMPT_LOGPROBS = 15  # die -> front: scored prompt tokens (seq = the first one's position), before TOKENS
 
 
@@ -284,16 +285,30 @@ def decode_prompt_scores(body):
     return tuple(out)
 
 
-def encode_embedding(vector):
-    """EMBEDDING body: the pooled vector's float32 values (every position's, row by row, for pooling none)."""
-    return np.ascontiguousarray(vector, np.float32).tobytes()
+EMBEDDING_PIECE = 1 << 18  # float32 values per EMBEDDING message (1 MiB): pooling none's vectors of a long
+                           # prompt exceed one ring message (4 MiB holds 256 tokens of a 4,096-wide model)
+_EMBED_TOTAL = struct.Struct("<I")
+
+
+def embedding_pieces(vector, piece=EMBEDDING_PIECE):
+    """(seq, body) of each EMBEDDING message of `vector` (every position's, row by row, for pooling none):
+    seq is the index of the piece's first value; a body is the total value count (u32), then the values."""
+    flat = np.ascontiguousarray(vector, np.float32).reshape(-1)  # [total]
+    assert 0 < flat.size < 1 << 32, "an embedding has values, and a u32 counts them"
+    head = _EMBED_TOTAL.pack(flat.size)
+    return [(at, head + flat[at:at + piece].tobytes()) for at in range(0, flat.size, piece)]
 
 
 def decode_embedding(body):
-    """The float32 values of an EMBEDDING body, as a tuple."""
-    if not body or len(body) % 4:
-        raise FrameError(f"EMBEDDING body of {len(body)} bytes is not a whole float32 vector")
-    return tuple(array.array("f", body))
+    """(total value count, this piece's float32 values as an array) of an EMBEDDING body."""
+    n = len(body) - _EMBED_TOTAL.size
+    if n <= 0 or n % 4:
+        raise FrameError(f"EMBEDDING body of {len(body)} bytes is not a count and whole float32 values")
+    (total,) = _EMBED_TOTAL.unpack_from(body)
+    values = array.array("f", body[_EMBED_TOTAL.size:])
+    if total < len(values):
+        raise FrameError(f"EMBEDDING piece of {len(values)} values is longer than its vector ({total})")
+    return total, values
 
 
 def encode_cancel(choice=None):

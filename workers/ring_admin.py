@@ -68,11 +68,16 @@ class RingAdmin:
 
     def _ask(self, kind, body, timeout):
         """Send an admin request to the supervisor and wait for its ADMIN_REPLY (HTTP status, JSON body)."""
+        payload = json.dumps(body).encode()
+        if len(payload) > self.backend.max_job:  # one ring message carries it; the body limit allows more
+            raise AdminRefused(413, _admin_error(f"the admin request is {len(payload)} bytes, over the "
+                                                 f"{self.backend.max_job} bytes it may take to the supervisor",
+                                                 "request_too_large"))
         rid = self.backend.new_id()
         reply = queue.Queue()
         self.backend.register(rid, _Mailbox(reply))
         try:
-            self.backend.send(kind, rid, json.dumps(body).encode())
+            self.backend.send(kind, rid, payload)
             msg = reply.get(timeout=timeout)
         except queue.Empty:
             raise AdminRefused(504, _admin_error("the supervisor did not answer in time", "timeout")) from None

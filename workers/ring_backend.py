@@ -36,6 +36,7 @@ class RingBackend:
         self.layout, self.front, self.tables = layout, front, layout.tables
         self.chat_templates = chat_templates or {}  # served name -> --chat-template source
         self._out = layout.to_sup[front].sender()
+        self.max_job = self._out.max_message  # bytes a SUBMIT body may take
         self._out_lock = threading.Lock()
         self._mux = Mux([layout.from_sup[front].receiver()]
                         + [layout.die_to_front[d][front].receiver() for d in range(layout.n_dies)])

@@ -1,12 +1,13 @@
 """One request's events over the rings, resubmitted as continuations when the worker running it dies."""
 
+import array
 import dataclasses
 import queue
 import time
 
 from ipc.errors import FrameError
-from pantheon.serve.http.backend import (Embedding, Finished, GenerationFailed, Overloaded, PromptLogprobs, Tokens,
-                                         Unavailable)
+from pantheon.serve.http.backend import (Embedding, Finished, GenerationFailed, JobTooLarge, Overloaded,
+                                         PromptLogprobs, Tokens, Unavailable)
 from workers import protocol
 from workers.protocol import ErrorCode, Kind
 
@@ -55,6 +56,7 @@ class RingStream:
         self.cancelled = False
         self.replica = None
         self.embedded = False  # an embedding job's vector was delivered
+        self.vector = array.array("f")  # its values received so far, in order
         self.scored = 1  # the prompt position of the next prompt logprob to deliver (nothing scores the first)
         self._early = []
 
@@ -62,6 +64,9 @@ class RingStream:
         """Send `choices` (all of them by default) under a fresh request id; returns that id."""
         choices = tuple(range(self.job.n)) if choices is None else choices
         payload = protocol.encode_job(self._job(choices))  # before registering: a refused job leaves nothing
+        if len(payload) > self.backend.max_job:
+            raise JobTooLarge(f"the request's job is {len(payload)} bytes, over the {self.backend.max_job} bytes "
+                              "one job may take to a die: its grammar, schema or logit_bias is too large")
         rid = self.backend.new_id()
         self.attempts[rid] = Attempt(choices, tuple(len(self.sent[c]) for c in choices), deaths, recover_until)
         self.backend.register(rid, self)
@@ -214,9 +219,15 @@ class RingStream:
             yield PromptLogprobs(msg.seq + skip, scores[skip:])
 
     def _embedding(self, msg):
-        if not self.embedded:
+        """Pieces in order; a resubmitted job sends them again from the first, and those held are skipped.
+        The vector goes out once, whole."""
+        total, values = protocol.decode_embedding(bytes(msg.payload))
+        if self.embedded or msg.seq != len(self.vector):
+            return
+        self.vector.extend(values)
+        if len(self.vector) >= total:
             self.embedded = True
-            yield Embedding(protocol.decode_embedding(bytes(msg.payload)))
+            yield Embedding(tuple(self.vector))
 
     def _done(self, msg, attempt):
         done, final = protocol.decode_done(bytes(msg.payload))

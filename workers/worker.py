@@ -182,7 +182,8 @@ class DieWorker:
                 out.send(Kind.TOKENS, ev.id, ev.index, body, timeout=5.0)
                 continue
             if isinstance(ev, EmbeddingEvent):
-                out.send(Kind.EMBEDDING, ev.id, 0, protocol.encode_embedding(ev.vector), timeout=5.0)
+                for seq, body in protocol.embedding_pieces(ev.vector):
+                    out.send(Kind.EMBEDDING, ev.id, seq, body, timeout=5.0)
                 continue
             if isinstance(ev, PromptLogprobsEvent):
                 out.send(Kind.PROMPT_LOGPROBS, ev.id, ev.start, protocol.encode_prompt_scores(ev.scores), timeout=5.0)

@@ -180,6 +180,20 @@ def test_an_oversized_content_length_is_refused_before_the_body_is_read(server):
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
 
+def test_bodies_whose_message_to_a_die_or_the_supervisor_outgrows_a_ring_message_are_413(server):
+    """The body limit (16 MiB) allows more than one ring message (4 MiB) carries: a 4.5 MB grammar that
+    compiles, and an admin load padded to 5 MB, are refused in the front, not a 500 or a dead front."""
+    kids = server.children()
+    grammar = 'root ::= "' + "ab" * 2_250_000 + '"'
+    status, raw, _ = server.request("POST", "/v1/completions", {"model": "m", "prompt": "The", "max_tokens": 2,
+                                                                "grammar": grammar}, timeout=120)
+    assert status == 413 and json.loads(raw)["error"]["code"] == "request_too_large", raw[:300]
+    padded = {"path": "x.gguf", "name": "x", "pad": "x" * 5_000_000}
+    status, raw, _ = server.request("POST", "/admin/models/load", padded, timeout=60)
+    assert status == 413 and json.loads(raw)["error"]["code"] == "request_too_large", raw[:300]
+    assert_unharmed(server, kids)
+
+
 def test_ten_thousand_refused_requests_leave_rss_flat(server):
     kids = server.children()
     client = Client(server)

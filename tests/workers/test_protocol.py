@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from ipc.channel import DEFAULT_MAX_MESSAGE
 from ipc.errors import FrameError
 from pantheon.engine.infill import MAX_CANDIDATES
 from pantheon.engine.sampler import SamplingParams
@@ -137,12 +138,26 @@ def test_an_embedding_job_names_its_pooling_and_nothing_else_does():
         protocol.decode_job(bytes(body))
 
 
-@given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=5000))
-def test_embedding_body_round_trip(values):
-    assert protocol.decode_embedding(protocol.encode_embedding(np.array(values, np.float32))) == tuple(values)
+@given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=5000), st.integers(1, 6000))
+def test_embedding_pieces_round_trip(values, piece):
+    pieces = protocol.embedding_pieces(np.array(values, np.float32), piece)
+    assert [seq for seq, _ in pieces] == list(range(0, len(values), piece))
+    got = []
+    for _, body in pieces:
+        total, part = protocol.decode_embedding(body)
+        assert total == len(values) and len(part) <= piece
+        got.extend(part)
+    assert got == values
 
 
-@pytest.mark.parametrize("body", [b"", b"\0\0\0", b"\0" * 9])
+def test_the_pieces_of_a_long_prompts_vectors_each_fit_a_ring_message():
+    """4,096 positions of a 4,096-wide model (64 MiB) cross as messages the rings accept (4 MiB each)."""
+    pieces = protocol.embedding_pieces(np.zeros((4096, 4096), np.float32))
+    assert len(pieces) == 64 and max(len(body) for _, body in pieces) < DEFAULT_MAX_MESSAGE
+
+
+@pytest.mark.parametrize("body", [b"", b"\0\0\0", b"\1\0\0\0", b"\1\0\0\0" + b"\0" * 5,
+                                  b"\1\0\0\0" + b"\0" * 8])
 def test_a_broken_embedding_body_is_refused(body):
     with pytest.raises(FrameError, match="EMBEDDING"):
         protocol.decode_embedding(body)

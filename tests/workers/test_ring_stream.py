@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from pantheon.engine.sampler import SamplingParams
-from pantheon.serve.http.backend import Embedding, Finished, GenerationFailed, Tokens
+from pantheon.serve.http.backend import Embedding, Finished, GenerationFailed, JobTooLarge, Tokens
 from workers import protocol
 from workers.protocol import ErrorCode, Job, Kind
 from workers.ring_stream import RingStream
@@ -25,6 +25,8 @@ class FakeBackend:
 
     class layout:
         n_dies = 0
+
+    max_job = 4096
 
     def __init__(self):
         self.ids, self.live, self.sent = itertools.count(100), set(), []
@@ -153,12 +155,17 @@ def embedding_job():
     return backend, stream, rid, iter(stream)
 
 
+def embedding(stream, rid, values, piece=protocol.EMBEDDING_PIECE):
+    for seq, body in protocol.embedding_pieces(values, piece):
+        stream.events.put(Msg(Kind.EMBEDDING, rid, seq, body))
+
+
 def test_an_embedding_whose_worker_died_is_asked_again_and_arrives_once():
     """max_tokens 0 must not read as "everything was delivered": the vector had not come yet."""
     backend, stream, rid, events = embedding_job()
     died(stream, rid)
-    stream.events.put(Msg(Kind.EMBEDDING, rid + 1, 0, protocol.encode_embedding([0.5, -2.0])))
-    stream.events.put(Msg(Kind.EMBEDDING, rid + 1, 0, protocol.encode_embedding([9.0, 9.0])))  # never twice
+    embedding(stream, rid + 1, [0.5, -2.0])
+    embedding(stream, rid + 1, [9.0, 9.0])  # never twice
     done(stream, rid + 1, n=0, reason="stop")
     assert list(events) == [Embedding((0.5, -2.0)), Finished("stop", 3, 0, 0, 0)]
     [(again, job)] = backend.submits()[1:]
@@ -167,10 +174,24 @@ def test_an_embedding_whose_worker_died_is_asked_again_and_arrives_once():
 
 def test_a_death_after_the_embedding_arrived_loses_nothing():
     backend, stream, rid, events = embedding_job()
-    stream.events.put(Msg(Kind.EMBEDDING, rid, 0, protocol.encode_embedding([1.0])))
+    embedding(stream, rid, [1.0])
     died(stream, rid)
     assert list(events) == [Embedding((1.0,)), Finished("length", 3, 0, 0, 0)]
     assert len(backend.submits()) == 1
+
+
+def test_an_embedding_in_pieces_arrives_whole_and_once_across_a_death():
+    """Pooling none's vectors come in several messages; a die that dies between them is asked again, and
+    the pieces it sends again from the first are not appended twice."""
+    backend, stream, rid, events = embedding_job()
+    values = [float(i) for i in range(10)]
+    first = protocol.embedding_pieces(values, 4)[0]
+    stream.events.put(Msg(Kind.EMBEDDING, rid, *first))
+    died(stream, rid)
+    embedding(stream, rid + 1, values, 4)
+    done(stream, rid + 1, n=0, reason="stop")
+    assert list(events) == [Embedding(tuple(values)), Finished("stop", 3, 0, 0, 0)]
+    assert len(backend.submits()) == 2
 
 
 def test_tokens_carry_the_prompt_and_cache_counts_the_die_reported():
@@ -206,3 +227,11 @@ def test_prompt_logprobs_of_a_job_resubmitted_whole_are_not_delivered_twice():
     assert [job.prompt_logprobs for _, job in backend.submits()] == [0, 0]
     # after a token, a continuation does not ask again: the prompt's logprobs came before that token
     assert protocol.continuation(stream.job, [40]).prompt_logprobs is None
+
+
+def test_a_job_larger_than_a_ring_message_is_refused_before_anything_is_sent():
+    backend = FakeBackend()
+    stream = RingStream(backend, Job(0, PROMPT, 4, SamplingParams(), grammar="x" * 5000))
+    with pytest.raises(JobTooLarge, match="grammar") as err:
+        stream.submit()
+    assert err.value.status == 413 and backend.sent == [] and backend.live == set()

@@ -39,6 +39,12 @@ class TooManyChoices(BackendError):
     param = "n"
 
 
+class JobTooLarge(BackendError):
+    """A request whose job outgrows what one message may carry to a die (a grammar or bias list of megabytes)."""
+
+    status, type, code = 413, "invalid_request_error", "request_too_large"
+
+
 class Overloaded(BackendError):
     """Queue full: 429 with a Retry-After computed from queue depth and observed service time."""
 
