@@ -2,7 +2,7 @@
 
 from hypothesis import strategies as st
 
-from pantheon.serve.http import embeddings, ollama_fields, rerank, validate
+from pantheon.serve.http import anthropic_fields, embeddings, ollama_fields, rerank, validate
 
 F32_MAX, F32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
 EXTREME_NUMBERS = [F32_MAX, -F32_MAX, 3.5e38, -3e38, 1e39, F32_TINY, 1e-38, 1e-45, 5e-324, -5e-324, 0.0, -0.0,
@@ -111,6 +111,32 @@ ollama_embed = st.fixed_dictionaries({"model": OLLAMA["model"],
                                      optional=dict(every_field(ollama_fields.EMBED, dict(
                                          OLLAMA, truncate=field(st.booleans()), dimensions=field(st.integers(-2, 300))),
                                          ("model", "input")), extra=junk))
+anthropic_block = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": field(st.text(max_size=20))},
+                          optional={"cache_control": junk, "citations": junk}),
+    st.fixed_dictionaries({"type": st.just("tool_use"), "id": field(st.text(max_size=6)),
+                           "name": field(st.text(max_size=6)),
+                           "input": field(st.dictionaries(st.text(max_size=4), scalars, max_size=2))}),
+    st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": field(st.text(max_size=6))},
+                          optional={"content": field(st.text(max_size=10)), "is_error": junk}),
+    st.fixed_dictionaries({"type": field(st.sampled_from(["thinking", "redacted_thinking", "image", "document"]))},
+                          optional={"thinking": junk, "signature": junk, "data": junk, "source": junk}))
+anthropic_message = st.fixed_dictionaries(
+    {"role": field(st.sampled_from(["user", "assistant"])),
+     "content": field(st.one_of(st.text(max_size=30), st.lists(anthropic_block, max_size=3)))}, optional={"junk": junk})
+ANTHROPIC = dict(SAMPLING, stop_sequences=field(st.lists(st.text(min_size=1, max_size=4), max_size=3)),
+                 system=field(st.one_of(st.text(max_size=10), st.lists(anthropic_block, max_size=2))),
+                 thinking=field(st.sampled_from([{"type": "enabled", "budget_tokens": 2}, {"type": "disabled"},
+                                                 {"type": "adaptive"}, {"type": "enabled"}])),
+                 tool_choice=field(st.sampled_from([{"type": "auto"}, {"type": "any"}, {"type": "none"},
+                                                    {"type": "tool", "name": "f"}, {"type": "tool"}])),
+                 tools=field(st.lists(st.fixed_dictionaries({"name": field(st.just("f")),
+                                                             "input_schema": field(st.just({"type": "object"}))}),
+                                      max_size=2)),
+                 metadata=field(st.fixed_dictionaries({"user_id": field(st.text(max_size=5))})))
+anthropic_messages = st.fixed_dictionaries(
+    {"messages": field(st.lists(anthropic_message, min_size=1, max_size=3)), "max_tokens": MAX_TOKENS},
+    optional=dict(every_field(anthropic_fields.MESSAGES, ANTHROPIC, ("messages", "max_tokens")), extra=junk))
 admin_load = st.fixed_dictionaries({}, optional={"path": field(st.sampled_from(["/proc/self/mem", "/dev/zero", "/",
                                                                                  "x" * 1025, "../../etc/passwd"])),
                                                  "name": field(st.text(max_size=70)), "dies": junk,
@@ -134,6 +160,7 @@ raw_bodies = st.one_of(st.integers(1, 200_000).map(nested), st.binary(max_size=4
 ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), ("/tokenize", tokenize),
              ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload),
              ("/v1/embeddings", embed), ("/embedding", native_embed), ("/v1/rerank", rerank_body),
-             ("/api/chat", ollama_chat), ("/api/generate", ollama_generate), ("/api/embed", ollama_embed)]
+             ("/api/chat", ollama_chat), ("/api/generate", ollama_generate), ("/api/embed", ollama_embed),
+             ("/v1/messages", anthropic_messages)]
 requests = st.one_of(*[st.tuples(st.just(path), body) for path, body in ENDPOINTS],
                      st.tuples(st.sampled_from([p for p, _ in ENDPOINTS]), raw_bodies))

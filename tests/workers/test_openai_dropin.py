@@ -1,6 +1,6 @@
 """Acceptance: the official openai client (sync, async, streaming) against a real pantheon-serve:
 a tool-calling loop on a model given a tool-capable template, and json_schema answers that validate;
-the official ollama client on the same server."""
+the official ollama and anthropic clients on the same server."""
 
 import asyncio
 import json
@@ -199,3 +199,24 @@ def test_the_ollama_client_through_the_rings(server):
     last = model.forward([(model.new_cache(64), ids)], hidden=[0])[0][-1].astype(np.float64)  # [dim]
     np.testing.assert_allclose(client.embed(model="qwen2", input="rings").embeddings[0], last / np.linalg.norm(last),
                                atol=2e-5)
+
+
+def test_the_anthropic_client_through_the_rings(server):
+    """Anthropic's Messages route on the ring backend: a greedy reply whole and streamed the same as the OpenAI
+    route's, a forced tool call as a tool_use block, the prompt counted as the OpenAI route counts it."""
+    anthropic = pytest.importorskip("anthropic")
+    client = anthropic.Anthropic(base_url=server.url, api_key="none", max_retries=0, timeout=300)
+    messages = [{"role": "user", "content": "Say something."}]
+    whole = client.messages.create(model="qwen2", max_tokens=8, messages=messages, extra_body={"temperature": 0})
+    with client.messages.stream(model="qwen2", max_tokens=8, messages=messages, extra_body={"temperature": 0}) as s:
+        streamed = s.get_final_message()
+    oai = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    same = oai.chat.completions.create(model="qwen2", messages=messages, temperature=0, max_tokens=8)
+    assert whole.content[0].text == streamed.content[0].text == same.choices[0].message.content
+    assert whole.usage.output_tokens == same.usage.completion_tokens
+    assert client.messages.count_tokens(model="qwen2", messages=messages).input_tokens == same.usage.prompt_tokens
+    tool = {"name": WEATHER["function"]["name"], "input_schema": WEATHER["function"]["parameters"]}
+    called = client.messages.create(model="qwen2", max_tokens=120, messages=[{"role": "user", "content": "Oslo?"}],
+                                    tools=[tool], tool_choice={"type": "tool", "name": "get_weather"})
+    assert called.stop_reason == "tool_use" and called.content[-1].name == "get_weather"
+    jsonschema.validate(called.content[-1].input, tool["input_schema"])

@@ -4,6 +4,7 @@ import falcon
 
 from pantheon.serve.http import errors
 from pantheon.serve.http.admin import AdminAuth, add_admin_routes
+from pantheon.serve.http.anthropic import AnthropicErrors, CountTokens, Messages
 from pantheon.serve.http.auth import BearerAuth
 from pantheon.serve.http.completions import ChatCompletions, Completions, Options
 from pantheon.serve.http.cors import Cors
@@ -25,7 +26,7 @@ ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "com
              "/tokenize": "tokenize", "/detokenize": "detokenize", "/v1/embeddings": "embeddings",
              "/embeddings": "embeddings", "/embedding": "embeddings", **{r: "rerank" for r in RERANK_ROUTES},
              "/api/chat": "chat_completions", "/api/generate": "completions", "/api/embed": "embeddings",
-             "/api/embeddings": "embeddings"}
+             "/api/embeddings": "embeddings", "/v1/messages": "chat_completions", "/messages": "chat_completions"}
 
 
 def _add_ollama_routes(app, backend, options, body_limit, metrics):
@@ -67,7 +68,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     The OpenAI routes answer with and without the /v1 prefix, as bare base URLs call them.
     """
     middleware = [RequestId(), Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys),
-                  OllamaErrors()]
+                  OllamaErrors(), AnthropicErrors()]
     middleware += [_CountRequests(metrics)] if metrics is not None else []
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
@@ -80,6 +81,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
         app.add_route(f"{prefix}/health", Health(backend))  # llama-server answers /v1/health too
         app.add_route(f"{prefix}/chat/completions", ChatCompletions(backend, options))
         app.add_route(f"{prefix}/completions", Completions(backend, options))
+        app.add_route(f"{prefix}/messages", Messages(backend, options))  # Anthropic's
+        app.add_route(f"{prefix}/messages/count_tokens", CountTokens(backend, options))
     app.add_route("/v1/embeddings", Embeddings(backend, body_limit, metrics))
     app.add_route("/embeddings", NativeEmbedding(backend, body_limit, metrics))  # llama-server's, as its own
     app.add_route("/embedding", NativeEmbedding(backend, body_limit, metrics))

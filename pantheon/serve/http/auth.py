@@ -1,4 +1,4 @@
-"""Bearer-token auth: every route but /health (and /v1/health), /metrics, /admin/* and CORS preflights needs a key."""
+"""API-key auth (a bearer token, or X-Api-Key): every route but /health, /v1/health, /metrics, /admin/*, preflights."""
 
 import hmac
 
@@ -18,7 +18,9 @@ class BearerAuth:
             return
         scheme, _, token = (req.get_header("Authorization") or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise _refused("missing API key: send the header Authorization: Bearer <key>")
+            token = req.get_header("X-Api-Key") or ""  # how Anthropic's clients send their key
+        if not token.strip():
+            raise _refused("missing API key: send the header Authorization: Bearer <key> (or X-Api-Key: <key>)")
         token = token.strip().encode()
         # compare against every key, so the time taken does not tell which one nearly matched
         if not sum(hmac.compare_digest(token, key) for key in self.keys):

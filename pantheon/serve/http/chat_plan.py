@@ -20,9 +20,14 @@ class ChatPlan:
     grammar: Optional[str] = None  # compiled grammar the reply must follow (JSON mode, forced call)
 
 
-def plan(served, parsed, reasoning_format="auto"):
-    """Render the conversation for `served` and make the reply's parser (RequestError on a bad choice)."""
+def plan(served, parsed, reasoning_format="auto", prefill=""):
+    """Render the conversation for `served` and make the reply's parser (RequestError on a bad choice).
+    prefill: the start of the reply, written by the client (Anthropic's final assistant message)."""
     text, prefix = prompt_text(served, parsed)
+    if prefill and prefix:
+        raise RequestError("tool_choice: a forced tool call cannot follow an assistant prefill", param="tool_choice",
+                           code="invalid_value")
+    text += prefill
     tools = parsed.tools if parsed.tools and parsed.tool_choice != "none" else None
     fmt = served.prompts.tool_format if tools else None
     thinking = not prefix and text.rstrip().endswith(THINK_OPEN)

@@ -59,7 +59,8 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     scored = 0 if parsed.logprobs is None and parsed.best_of > parsed.n else parsed.logprobs
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
                              frozenset(served.tokenizer.stop_ids), session, grammar=grammar,
-                             logprobs=scored, n=runs, prompt_logprobs=parsed.logprobs if parsed.echo else None)
+                             logprobs=scored, n=runs, prompt_logprobs=parsed.logprobs if parsed.echo else None,
+                             reasoning_budget=parsed.reasoning_budget)
 
 
 def _banned_eos(parsed, stop_ids):

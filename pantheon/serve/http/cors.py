@@ -1,7 +1,7 @@
 """CORS for browser clients: allowed origins get the headers, and a preflight never needs a key."""
 
 ALLOW_METHODS = "GET, POST, OPTIONS"
-ALLOW_HEADERS = "Authorization, Content-Type, X-Session-Id, X-Request-Id"
+ALLOW_HEADERS = "Authorization, X-Api-Key, Anthropic-Version, Content-Type, X-Session-Id, X-Request-Id"
 EXPOSE_HEADERS = "X-Request-Id, Retry-After"  # what a page's script may read from an answer
 MAX_AGE_S = "600"
 

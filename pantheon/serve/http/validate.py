@@ -47,6 +47,7 @@ class Parsed:
     predict_limit: Optional[float] = None  # llama-server's t_max_predict_ms, in seconds: see Generation
     min_indent: int = 0  # llama-server's n_indent: see Generation
     best_of: int = 1  # completions: candidates generated per prompt, the n best by logprob per token answered
+    reasoning_budget: int = 0  # tokens of thinking before the think block is closed; 0: the model's default
 
 
 

@@ -1,0 +1,194 @@
+"""Anthropic's Messages API, POST /v1/messages and /v1/messages/count_tokens, over the chat routes' machinery."""
+
+import json
+import time
+import uuid
+
+from pantheon.serve.http import anthropic_fields, chat_plan, json_body, sse, validate
+from pantheon.serve.http.backend import BackendError
+from pantheon.serve.http.completions import ChatCompletions, Plan, SseBody, resolve
+
+PATHS = ("/v1/messages", "/messages")
+# Anthropic's error type for each HTTP status its clients see
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+               504: "timeout_error"}
+
+
+def error(message, status):
+    """Anthropic's error body."""
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+
+class AnthropicErrors:
+    """Falcon middleware: an error under /v1/messages is Anthropic's {"type": "error", "error": {...}}."""
+
+    def process_response(self, req, resp, resource, req_succeeded):
+        body = resp.media if req.path.startswith(PATHS) else None
+        if isinstance(body, dict) and isinstance(body.get("error"), dict) and body.get("type") != "error":
+            resp.media = error(body["error"].get("message", "error"), int(resp.status_code))
+
+
+def _event(kind, body):
+    """One SSE block: Anthropic names each event's type on an `event:` line as well as in its data."""
+    return b"event: " + kind.encode() + b"\n" + sse.event(dict(type=kind, **body))
+
+
+def _input(call):
+    """A tool call's arguments as the object Anthropic's tool_use.input is; {} where the model wrote no
+    object (stop_reason says why, e.g. max_tokens cut it)."""
+    try:
+        value = json.loads(call["function"]["arguments"])
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_use(call):
+    return {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": _input(call)}
+
+
+class _Reply:
+    """One Anthropic answer of a started choice: the whole message, or its stream of events."""
+
+    def __init__(self, served, choice, n_prompt):
+        self.model, self.choice, self.gen, self.n_prompt = served.name, choice, choice.gen, n_prompt
+        self.id = "msg_" + uuid.uuid4().hex[:24]
+        self.open, self.index = None, -1  # the content block being streamed ("text" or "thinking"), its index
+
+    def message(self, content, usage, stop=(None, None)):
+        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
+                "stop_reason": stop[0], "stop_sequence": stop[1], "usage": usage}
+
+    def usage(self):
+        counts = self.gen.usage
+        cached = counts["prompt_tokens_details"]["cached_tokens"]
+        return {"input_tokens": counts["prompt_tokens"] - cached, "output_tokens": counts["completion_tokens"],
+                "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+
+    def stop(self):
+        """(stop_reason, stop_sequence): max_tokens, a stop sequence, a tool call, or the end of the turn."""
+        gen = self.gen
+        if gen.finish_reason == "length":
+            return "max_tokens", None
+        if gen.stops.matched is not None:
+            return "stop_sequence", gen.stops.matched
+        return ("tool_use" if self.choice.output.has_calls else "end_turn"), None
+
+    def whole(self):
+        """The non-streamed message (the generation runs to its end here)."""
+        output = self.choice.output
+        output.push("".join(self.gen.pieces()))
+        output.finish()
+        reply = output.message()
+        content = [{"type": "thinking", "thinking": reply["reasoning_content"], "signature": ""}] \
+            if reply.get("reasoning_content") else []
+        if reply.get("content"):
+            content.append({"type": "text", "text": reply["content"]})
+        content += [_tool_use(call) for call in reply.get("tool_calls") or ()]
+        return self.message(content, self.usage(), self.stop())
+
+    def events(self):
+        """message_start, content blocks (text and thinking as they come, tool calls whole at the end),
+        message_delta with the stop reason and usage, message_stop; an error event if the die fails."""
+        try:
+            yield _event("message_start", {"message": self.message([], {"input_tokens": self.n_prompt,
+                                                                        "output_tokens": 0})})
+            output = self.choice.output
+            for text in self.gen.pieces():
+                yield from self._deltas(output.push(text))
+            if self.gen.finish_reason == "abort":
+                return
+            yield from self._deltas(output.finish())
+            yield from self._close()
+            for call in output.message().get("tool_calls") or ():
+                yield from self._call(call)
+            stop_reason, sequence = self.stop()
+            yield _event("message_delta", {"delta": {"stop_reason": stop_reason, "stop_sequence": sequence},
+                                           "usage": self.usage()})
+            yield _event("message_stop", {})
+        except BackendError as exc:  # the status line is gone: say it in-band, as Anthropic does
+            self.gen.cancel()
+            yield _event("error", {"error": error(str(exc), exc.status)["error"]})
+
+    def _deltas(self, deltas):
+        for delta in deltas:
+            for key, kind in (("reasoning_content", "thinking"), ("content", "text")):
+                if delta.get(key):
+                    yield from self._start(kind)
+                    yield _event("content_block_delta", {"index": self.index,
+                                                         "delta": {"type": f"{kind}_delta", kind: delta[key]}})
+
+    def _start(self, kind):
+        if self.open == kind:
+            return
+        yield from self._close()
+        self.open, self.index = kind, self.index + 1
+        block = {"type": kind, kind: ""}
+        yield _event("content_block_start", {"index": self.index,
+                                             "content_block": dict(block, signature="") if kind == "thinking"
+                                             else block})
+
+    def _close(self):
+        if self.open is not None:
+            self.open = None
+            yield _event("content_block_stop", {"index": self.index})
+
+    def _call(self, call):
+        self.index += 1
+        block = _tool_use(call)
+        yield _event("content_block_start", {"index": self.index, "content_block": dict(block, input={})})
+        yield _event("content_block_delta", {"index": self.index, "delta": {
+            "type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}})
+        yield _event("content_block_stop", {"index": self.index})
+
+
+class _Route:
+    """What both routes share: the checked body, the model and the prompt."""
+
+    schema, required = anthropic_fields.COUNT, ("model", "messages")
+
+    def __init__(self, backend, options):
+        self.backend, self.options = backend, options
+
+    def _prepared(self, req):
+        values = validate.fields(json_body.read_json(req, self.options.body_limit), self.schema, self.required)
+        served = resolve(self.backend, values["model"])
+        req.context.model = served.name
+        parsed, prefill = anthropic_fields.parsed(values)
+        return served, parsed, prefill
+
+
+class Messages(_Route):
+    """POST /v1/messages: a chat turn answered as Anthropic's message, or streamed as its events."""
+
+    schema, required = anthropic_fields.MESSAGES, ("model", "max_tokens", "messages")
+
+    def __init__(self, backend, options):
+        super().__init__(backend, options)
+        self.bridge = ChatCompletions(backend, options)  # starts generations exactly as /v1/chat/completions does
+
+    def on_post(self, req, resp):
+        started = time.perf_counter()
+        served, parsed, prefill = self._prepared(req)
+        plan = chat_plan.plan(served, parsed, self.options.reasoning_format, prefill)
+        choice = self.bridge.start(req, served, parsed, started, [Plan(plan.ids, plan.output, plan.grammar)])[0]
+        reply = _Reply(served, choice, len(plan.ids))
+        if parsed.stream:
+            resp.content_type = sse.CONTENT_TYPE
+            resp.set_headers(sse.HEADERS)
+            resp.stream = SseBody(reply.events(), choice.gen)
+            return
+        try:
+            resp.media = reply.whole()
+        finally:
+            choice.gen.cancel()  # a no-op once it ended
+
+
+class CountTokens(_Route):
+    """POST /v1/messages/count_tokens: the prompt's token count, as the model's template renders it."""
+
+    def on_post(self, req, resp):
+        served, parsed, prefill = self._prepared(req)
+        text, opener = chat_plan.prompt_text(served, parsed)
+        resp.media = {"input_tokens": len(served.prompts.encode_chat(text + prefill + opener))}
