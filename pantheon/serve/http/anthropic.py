@@ -6,7 +6,7 @@ import uuid
 
 from pantheon.serve.http import anthropic_fields, chat_plan, json_body, sse, validate
 from pantheon.serve.http.backend import BackendError
-from pantheon.serve.http.completions import ChatCompletions, Plan, SseBody, resolve
+from pantheon.serve.http.completions import ChatCompletions, Plan, answer_one, resolve
 
 PATHS = ("/v1/messages", "/messages")
 # Anthropic's error type for each HTTP status its clients see
@@ -174,15 +174,7 @@ class Messages(_Route):
         plan = chat_plan.plan(served, parsed, self.options.reasoning_format, prefill)
         choice = self.bridge.start(req, served, parsed, started, [Plan(plan.ids, plan.output, plan.grammar)])[0]
         reply = _Reply(served, choice, len(plan.ids))
-        if parsed.stream:
-            resp.content_type = sse.CONTENT_TYPE
-            resp.set_headers(sse.HEADERS)
-            resp.stream = SseBody(reply.events(), choice.gen)
-            return
-        try:
-            resp.media = reply.whole()
-        finally:
-            choice.gen.cancel()  # a no-op once it ended
+        answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS)
 
 
 class CountTokens(_Route):

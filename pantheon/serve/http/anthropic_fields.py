@@ -46,18 +46,18 @@ def _block(where, b, role):
     if kind == "tool_use" and not isinstance(b.get("input"), dict):
         raise bad(f"{where}.input", "expected an object")
     if kind == "tool_result":
-        b = dict(b, content=_result_text(f"{where}.content", b.get("content", "")))
+        b = dict(b, content=_text(f"{where}.content", b.get("content", "")))
     return b
 
 
-def _result_text(where, v):
-    """A tool result's content: a string, or text blocks joined."""
+def _text(where, v, sep=""):
+    """A string, or text blocks joined with `sep` (a tool result's content, the system prompt)."""
     if isinstance(v, str):
         return v
     blocks = _blocks(where, v, "user")
     if any(b["type"] != "text" for b in blocks):
-        raise bad(where, "a tool result holds a string or text blocks", "unsupported_value")
-    return "".join(b["text"] for b in blocks)
+        raise bad(where, "expected a string or text blocks", "unsupported_value")
+    return sep.join(b["text"] for b in blocks)
 
 
 def messages(name, v):
@@ -96,13 +96,8 @@ def _assistant(blocks):
 
 
 def system(name, v):
-    """The system prompt: a string, or text blocks joined."""
-    if isinstance(v, str):
-        return v
-    blocks = _blocks(name, v, "user")
-    if any(b["type"] != "text" for b in blocks):
-        raise bad(name, "expected a string or text blocks", "invalid_value")
-    return "\n".join(b["text"] for b in blocks)
+    """The system prompt: a string, or text blocks joined with newlines."""
+    return _text(name, v, "\n")
 
 
 def tools(name, v):

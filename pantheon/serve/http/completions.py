@@ -96,6 +96,20 @@ class SseBody:
             generation.cancel()
 
 
+def answer_one(resp, gen, stream, events, whole, content_type=sse.CONTENT_TYPE, headers=None):
+    """A single started generation's answer: its `events` streamed (a closed socket cancels it), else the
+    body `whole()` builds, after which the generation is cancelled (a no-op once it ended)."""
+    if stream:
+        resp.content_type = content_type
+        resp.set_headers(headers or {})
+        resp.stream = SseBody(events, gen)
+        return
+    try:
+        resp.media = whole()
+    finally:
+        gen.cancel()
+
+
 class _GenerateResource:
     chat = False
     schema, required = {}, ()

@@ -8,7 +8,7 @@ from pantheon.serve.http import chat_plan, json_body, ollama_fields, validate
 from pantheon.serve.http import logprobs as shapes_lp
 from pantheon.serve.http.backend import BackendError, UnknownModel
 from pantheon.serve.http.budget import check_text_fits
-from pantheon.serve.http.completions import ChatCompletions, Plan, SseBody, resolve
+from pantheon.serve.http.completions import ChatCompletions, Plan, answer_one, resolve
 from pantheon.serve.http.field_types import bad
 from pantheon.serve.http.native import fim_prompt
 
@@ -181,14 +181,7 @@ class _OllamaRoute:
         parsed, plan, context = self.prepare(served, values, stream)
         choice = self.bridge.start(req, served, parsed, started, [plan])[0]
         reply = _Reply(served, choice, started, self.chat, context)
-        if stream:
-            resp.content_type = CONTENT_TYPE
-            resp.stream = SseBody(reply.lines(), choice.gen)
-            return
-        try:
-            resp.media = reply.whole()
-        finally:
-            choice.gen.cancel()  # a no-op once it ended
+        answer_one(resp, choice.gen, stream, reply.lines(), reply.whole, CONTENT_TYPE)
 
 
 class OllamaChat(_OllamaRoute):

@@ -3,7 +3,9 @@
 import openai
 import pytest
 
-from tests.pantheon.serve.http.server import Served, open_models, qwen_served
+import pantheon
+from tests.conftest import shared_path
+from tests.pantheon.serve.http.server import CHAT_N_CTX, Served, greedy_ids, open_models, qwen_served
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -19,8 +21,9 @@ def served():
 
 
 @pytest.fixture(scope="module")
-def qwen():
-    server = qwen_served()
+def qwen(request):
+    """qwen2 under Qwen2.5's template, with the module's N_CTX (256 where it sets none)."""
+    server = qwen_served(getattr(request.module, "N_CTX", 256))
     yield server
     server.close()
 
@@ -35,3 +38,21 @@ def client(served):
 def reference():
     """Separate Model objects: the reference engine never shares one with the server's threads."""
     return open_models()
+
+
+@pytest.fixture(scope="module")
+def engine_model():
+    """The golden qwen2 model opened apart from any server, for reference replies."""
+    return pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
+
+
+@pytest.fixture(scope="module")
+def greedy(engine_model):
+    """ids, n -> the n greedy token ids (fewer at EOS) from the engine, outside any server."""
+    return lambda ids, n: greedy_ids(engine_model, ids, n, CHAT_N_CTX)
+
+
+@pytest.fixture(scope="module")
+def prompts(qwen):
+    """The chat prompts of the module's qwen2 server (its template, as the server renders it)."""
+    return qwen.backend.served("qwen2").prompts

@@ -7,17 +7,29 @@ import threading
 import waitress
 
 import pantheon
-from pantheon.engine.scheduler import EngineConfig
+from pantheon.engine.sampler import SamplingParams
+from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from pantheon.serve.http.app import create_app
 from pantheon.serve.local_backend import LocalBackend
 from tests.conftest import shared_path
 
 GOLDEN = {"qwen2": "qwen2-q8_0.gguf", "llama": "llama-q8_0.gguf"}
+CHAT_N_CTX = 512  # room for a tool-calling prompt under Qwen2.5's template (the Ollama and Anthropic tests')
 
 
 def open_models(names=("qwen2", "llama")):
     """Fresh Model objects (each backend gets its own: engines never share one across threads)."""
     return {name: pantheon.open_model(str(shared_path("golden", GOLDEN[name])), threads=1) for name in names}
+
+
+def greedy_ids(model, ids, n, n_ctx):
+    """The n greedy token ids (fewer at EOS) the engine gives the prompt `ids`, outside any server."""
+    engine = Engine(model, EngineConfig(n_ctx=n_ctx))
+    engine.add(Request(1, tuple(ids), n, SamplingParams(temperature=0.0), frozenset(model.tokenizer.stop_ids)))
+    out = []
+    while engine.has_work:
+        out += [e.token for e in engine.step() if isinstance(e, TokenEvent)]
+    return out
 
 
 def qwen_served(n_ctx=256):

@@ -5,20 +5,16 @@ import json
 
 import pytest
 
-import pantheon
-from pantheon.engine.sampler import SamplingParams
-from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from pantheon.serve.http.anthropic import _Reply
 from pantheon.serve.http.choices import Choice
 from pantheon.serve.http.shapes import usage
 from pantheon.serve.http.stops import StopMatcher
 from pantheon.text.chat_output import ChatOutput
-from tests.conftest import shared_path
-from tests.pantheon.serve.http.server import Served, call, open_models, qwen_served
+from tests.pantheon.serve.http.server import CHAT_N_CTX, Served, call, open_models
 
 anthropic = pytest.importorskip("anthropic", reason="the anthropic client is a test dependency (setup.cfg [test])")
 
-N_CTX = 512  # room for a tool-calling prompt under Qwen2.5's template
+N_CTX = CHAT_N_CTX
 GREEDY = {"temperature": 0}  # the client no longer takes sampling fields (newer Claude models refuse them)
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
           "additionalProperties": False}
@@ -28,39 +24,9 @@ OPENAI_TOOLS = [{"type": "function", "function": {"name": "count", "parameters":
 
 
 @pytest.fixture(scope="module")
-def qwen():
-    server = qwen_served(N_CTX)
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def client(qwen):
     return anthropic.Anthropic(base_url=qwen.url, api_key="unused", max_retries=0, timeout=60)
 
-
-@pytest.fixture(scope="module")
-def engine_model():
-    return pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
-
-
-@pytest.fixture(scope="module")
-def greedy(engine_model):
-    """ids, n -> the n greedy token ids (fewer at EOS) from the engine, outside any server."""
-    def run(ids, n):
-        engine = Engine(engine_model, EngineConfig(n_ctx=N_CTX))
-        engine.add(Request(1, tuple(ids), n, SamplingParams(temperature=0.0),
-                           frozenset(engine_model.tokenizer.stop_ids)))
-        out = []
-        while engine.has_work:
-            out += [e.token for e in engine.step() if isinstance(e, TokenEvent)]
-        return out
-    return run
-
-
-@pytest.fixture(scope="module")
-def prompts(qwen):
-    return qwen.backend.served("qwen2").prompts
 
 
 def sse(port, body):

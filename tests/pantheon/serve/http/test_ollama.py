@@ -9,51 +9,19 @@ import numpy as np
 import pytest
 
 import pantheon
-from pantheon.engine.sampler import SamplingParams
-from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from tests.conftest import shared_path
-from tests.pantheon.serve.http.server import call, qwen_served
+from tests.pantheon.serve.http.server import CHAT_N_CTX, call
 
 ollama = pytest.importorskip("ollama", reason="the ollama client is a test dependency (setup.cfg [test])")
 
 GREEDY = {"temperature": 0, "num_predict": 6}
-N_CTX = 512  # room for a tool-calling prompt under Qwen2.5's template
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    server = qwen_served(N_CTX)
-    yield server
-    server.close()
+N_CTX = CHAT_N_CTX
 
 
 @pytest.fixture(scope="module")
 def client(qwen):
     return ollama.Client(host=qwen.url, timeout=60)
 
-
-@pytest.fixture(scope="module")
-def engine_model():
-    return pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
-
-
-@pytest.fixture(scope="module")
-def greedy(engine_model):
-    """ids, n -> the n greedy token ids (fewer at EOS) from the engine, outside any server."""
-    def run(ids, n):
-        engine = Engine(engine_model, EngineConfig(n_ctx=N_CTX))
-        engine.add(Request(1, tuple(ids), n, SamplingParams(temperature=0.0),
-                           frozenset(engine_model.tokenizer.stop_ids)))
-        out = []
-        while engine.has_work:
-            out += [e.token for e in engine.step() if isinstance(e, TokenEvent)]
-        return out
-    return run
-
-
-@pytest.fixture(scope="module")
-def prompts(qwen):
-    return qwen.backend.served("qwen2").prompts
 
 
 def chat_ids(prompts, messages):

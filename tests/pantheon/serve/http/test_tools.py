@@ -5,7 +5,7 @@ import json
 import openai
 import pytest
 
-from tests.pantheon.serve.http.server import call, qwen_served
+from tests.pantheon.serve.http.server import call
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -13,13 +13,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 NO_EOS = {"2": -100}
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    server = qwen_served(n_ctx=512)
-    yield server
-    server.close()
+N_CTX = 512  # the conftest's qwen server: room for a tool-calling prompt
 
 
 @pytest.fixture(scope="module")
