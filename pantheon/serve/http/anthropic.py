@@ -9,6 +9,7 @@ from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import ChatCompletions, Plan, answer_one, resolve
 
 PATHS = ("/v1/messages", "/messages")
+STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}  # OpenAI's finish reason -> Anthropic's
 # Anthropic's error type for each HTTP status its clients see
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
@@ -67,13 +68,11 @@ class _Reply:
                 "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
 
     def stop(self):
-        """(stop_reason, stop_sequence): max_tokens, a stop sequence, a tool call, or the end of the turn."""
-        gen = self.gen
-        if gen.finish_reason == "length":
-            return "max_tokens", None
-        if gen.stops.matched is not None:
-            return "stop_sequence", gen.stops.matched
-        return ("tool_use" if self.choice.output.has_calls else "end_turn"), None
+        """(stop_reason, stop_sequence): a stop sequence, else the OpenAI finish reason the choice gives
+        (its rule for a reply that called tools) in Anthropic's words."""
+        if self.gen.stops.matched is not None:
+            return "stop_sequence", self.gen.stops.matched
+        return STOP_REASONS.get(self.choice.reason, "end_turn"), None
 
     def whole(self):
         """The non-streamed message (the generation runs to its end here)."""
