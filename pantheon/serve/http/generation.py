@@ -81,7 +81,7 @@ class Generation:
     def _step(self, event):
         """The text one Tokens event releases, and why the generation ends there (None: it goes on)."""
         text = self._text(event)
-        if not self._indent_cut and self.stops.matched is None and self._past_limit():
+        if not self._ended and self._past_limit():
             text += self._gate(self.stops.push(self.detok.flush()) + self.stops.flush())  # all that is held
         if self._indent_cut:
             return text, "length"
@@ -100,25 +100,37 @@ class Generation:
         self.first_at = self.first_at or now
         if self.prompt_seen is None and event.prompt_tokens:
             self.prompt_seen = (event.prompt_tokens, event.cached_tokens)
-        self.tokens += len(event.ids)
-        self.token_ids += event.ids
-        if not event.logprobs:
-            text = self.detok.push_many(event.ids)
-            self._newline = "\n" in text
-            return self._gate(self.stops.push(text))
         self._newline = False
+        if not event.logprobs:
+            return "".join(self._plain(tid) for tid in event.ids)
         return "".join(self._scored(tid, score) for tid, score in zip(event.ids, event.logprobs))
 
+    def _plain(self, tid):
+        """One token's safe text; none once a stop string or n_indent ended the answer."""
+        return "" if self._ended else self._gate(self.stops.push(self._decode(tid)))
+
     def _scored(self, tid, score):
-        """One token's safe text, recording its logprob and offset (none after a stop string matched)."""
-        if self.stops.matched is not None or self._indent_cut:
+        """One token's safe text, recording its logprob and offset; none once the answer ended."""
+        if self._ended:
             return ""
         self.scores.append(score)
         self.offsets.append(self._chars)
-        text = self.detok.push(tid)
+        text = self._decode(tid)
         self._chars += len(text)
-        self._newline = self._newline or "\n" in text
         return self._gate(self.stops.push(text))
+
+    def _decode(self, tid):
+        """Count one token and return its text. Tokens that arrive in the same event after the one that
+        ended the answer are never counted: a server generating one token at a time would not have made them."""
+        self.tokens += 1
+        self.token_ids.append(tid)
+        text = self.detok.push(tid)
+        self._newline = self._newline or "\n" in text
+        return text
+
+    @property
+    def _ended(self):
+        return self.stops.matched is not None or self._indent_cut
 
     def _gate(self, text):
         """Text the stop strings released, cut where n_indent ends the answer."""

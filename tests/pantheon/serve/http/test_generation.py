@@ -36,6 +36,14 @@ class _Stream:
         self.cancelled = True
 
 
+class _OneEvent(_Stream):
+    """Every id in a single Tokens event, as a busy backend hands several ids to the front at once."""
+
+    def _run(self):
+        yield Tokens(ids=tuple(range(len(PIECES))), seq=0)
+        yield Finished("length", 3, 0, len(PIECES))
+
+
 def test_without_a_limit_every_piece_comes():
     gen = Generation(_Stream({2: 0.05}), _Tok())
     assert "".join(gen.pieces()) == "".join(PIECES) and gen.finish_reason == "length"
@@ -65,3 +73,19 @@ def test_text_held_for_a_stop_string_is_released_when_the_limit_ends_it():
 def test_a_stop_string_still_wins_over_the_limit():
     gen = Generation(_Stream({3: 0.3}), _Tok(), stops=["d"], predict_limit=0.1)
     assert "".join(gen.pieces()) == "ab\nc" and gen.finish_reason == "stop"
+
+
+def test_ids_after_the_one_that_ended_the_answer_are_not_counted():
+    """n_indent 1 cuts before "c" (a line indented 0); a stop string "d" ends on id 3. The ids that came
+    in the same event after those were not part of the answer: not counted, not returned."""
+    gen = Generation(_OneEvent(), _Tok(), min_indent=1)
+    assert "".join(gen.pieces()) == "ab\n" and gen.finish_reason == "length"
+    assert (gen.tokens, gen.token_ids, gen.usage["completion_tokens"]) == (3, [0, 1, 2], 3)
+    gen = Generation(_OneEvent(), _Tok(), stops=["d"])
+    assert "".join(gen.pieces()) == "ab\nc" and gen.finish_reason == "stop"
+    assert (gen.tokens, gen.token_ids, gen.usage["completion_tokens"]) == (4, [0, 1, 2, 3], 4)
+
+
+def test_without_an_end_every_id_of_a_many_id_event_is_counted():
+    gen = Generation(_OneEvent(), _Tok())
+    assert "".join(gen.pieces()) == "".join(PIECES) and gen.tokens == len(PIECES) == gen.usage["completion_tokens"]
