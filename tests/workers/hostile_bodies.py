@@ -2,7 +2,8 @@
 
 from hypothesis import strategies as st
 
-from pantheon.serve.http import anthropic_fields, embeddings, ollama_fields, rerank, validate
+from pantheon.serve.http import (anthropic_fields, embeddings, ollama_fields, rerank, responses_fields,
+                                 validate)
 
 F32_MAX, F32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
 EXTREME_NUMBERS = [F32_MAX, -F32_MAX, 3.5e38, -3e38, 1e39, F32_TINY, 1e-38, 1e-45, 5e-324, -5e-324, 0.0, -0.0,
@@ -137,6 +138,32 @@ ANTHROPIC = dict(SAMPLING, stop_sequences=field(st.lists(st.text(min_size=1, max
 anthropic_messages = st.fixed_dictionaries(
     {"messages": field(st.lists(anthropic_message, min_size=1, max_size=3)), "max_tokens": MAX_TOKENS},
     optional=dict(every_field(anthropic_fields.MESSAGES, ANTHROPIC, ("messages", "max_tokens")), extra=junk))
+response_part = st.fixed_dictionaries(
+    {"type": field(st.sampled_from(["input_text", "output_text", "refusal", "input_image", "summary_text"]))},
+    optional={"text": field(st.text(max_size=12)), "refusal": junk, "annotations": junk, "image_url": junk})
+response_item = st.one_of(
+    st.fixed_dictionaries({"role": field(st.sampled_from(["user", "assistant", "system", "developer", "tool"])),
+                           "content": field(st.one_of(st.text(max_size=20), st.lists(response_part, max_size=2)))},
+                          optional={"type": st.just("message"), "id": junk, "status": junk}),
+    st.fixed_dictionaries({"type": st.just("function_call"), "call_id": field(st.text(max_size=5)),
+                           "name": field(st.just("f")), "arguments": field(st.sampled_from(["{}", "{", ""]))}),
+    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": field(st.text(max_size=5)),
+                           "output": field(st.one_of(st.text(max_size=8), st.lists(response_part, max_size=2)))}),
+    st.fixed_dictionaries({"type": field(st.sampled_from(["reasoning", "item_reference", "web_search_call"]))},
+                          optional={"summary": junk, "content": junk, "encrypted_content": junk, "id": junk}))
+RESPONSES = dict(SAMPLING, max_output_tokens=MAX_TOKENS, instructions=field(st.text(max_size=10)),
+                 tools=field(st.lists(st.fixed_dictionaries(
+                     {"type": field(st.just("function")), "name": field(st.just("f"))},
+                     optional={"parameters": field(st.just({"type": "object"}))}), max_size=2)),
+                 tool_choice=field(st.sampled_from(["auto", "none", "required", {"type": "function", "name": "f"},
+                                                    {"type": "function"}])),
+                 text=field(st.sampled_from([{"format": {"type": "json_object"}}, {"format": {"type": "text"}},
+                                             {"format": {"type": "json_schema", "schema": {"type": "object"}}}])),
+                 include=field(st.lists(st.sampled_from(responses_fields.INCLUDES), max_size=2)),
+                 top_logprobs=field(st.integers(0, 25)))
+responses = st.fixed_dictionaries(
+    {"input": field(st.one_of(st.text(max_size=30), st.lists(response_item, min_size=1, max_size=3)))},
+    optional=dict(every_field(responses_fields.RESPONSES, RESPONSES, ("input",)), extra=junk))
 admin_load = st.fixed_dictionaries({}, optional={"path": field(st.sampled_from(["/proc/self/mem", "/dev/zero", "/",
                                                                                  "x" * 1025, "../../etc/passwd"])),
                                                  "name": field(st.text(max_size=70)), "dies": junk,
@@ -161,6 +188,6 @@ ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), (
              ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload),
              ("/v1/embeddings", embed), ("/embedding", native_embed), ("/v1/rerank", rerank_body),
              ("/api/chat", ollama_chat), ("/api/generate", ollama_generate), ("/api/embed", ollama_embed),
-             ("/v1/messages", anthropic_messages)]
+             ("/v1/messages", anthropic_messages), ("/v1/responses", responses)]
 requests = st.one_of(*[st.tuples(st.just(path), body) for path, body in ENDPOINTS],
                      st.tuples(st.sampled_from([p for p, _ in ENDPOINTS]), raw_bodies))

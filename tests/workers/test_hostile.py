@@ -83,9 +83,11 @@ def test_fuzz_every_endpoint_body(server, request):
         if status == 200 and path.startswith("/api/"):  # Ollama's answers: JSON lines, the last one done
             last = json.loads(out.splitlines()[-1])
             assert "error" not in last and last.get("done", True), (path, raw[:300], out[-300:])
-        if status == 200 and out.startswith(b"event:"):  # Anthropic's stream: no error event, then its end
-            assert b"event: error" not in out and out.rstrip().endswith(b'{"type":"message_stop"}'), (
-                path, raw[:300], out[-300:])
+        if status == 200 and out.startswith(b"event:"):  # Anthropic's and Responses streams: no error, then the end
+            ends = (b'"type":"response.completed"', b'"type":"response.incomplete"') if path == "/v1/responses" \
+                else (b'{"type":"message_stop"}',)
+            last = out.rstrip().rsplit(b"\n\n", 1)[-1]
+            assert b"event: error" not in out and any(end in last for end in ends), (path, raw[:300], out[-300:])
 
     one()
     client.close()

@@ -220,3 +220,24 @@ def test_the_anthropic_client_through_the_rings(server):
                                     tools=[tool], tool_choice={"type": "tool", "name": "get_weather"})
     assert called.stop_reason == "tool_use" and called.content[-1].name == "get_weather"
     jsonschema.validate(called.content[-1].input, tool["input_schema"])
+
+
+def test_the_responses_api_through_the_rings(server):
+    """OpenAI's Responses route on the ring backend: a greedy reply whole and streamed the same as the chat
+    route's, the input counted as the chat route counts it, a forced function call as a function_call item."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    body = dict(model="qwen2", input="Say something.", max_output_tokens=8, temperature=0)
+    whole = client.responses.create(**body)
+    streamed = [e for e in client.responses.create(**body, stream=True)]
+    same = client.chat.completions.create(model="qwen2", messages=[{"role": "user", "content": "Say something."}],
+                                          temperature=0, max_tokens=8)
+    text = "".join(e.delta for e in streamed if e.type == "response.output_text.delta")
+    assert whole.output_text == text == same.choices[0].message.content
+    assert streamed[-1].response.usage.output_tokens == whole.usage.output_tokens == same.usage.completion_tokens
+    assert client.responses.input_tokens.count(model="qwen2", input="Say something.").input_tokens == \
+        same.usage.prompt_tokens
+    tool = dict(WEATHER["function"], type="function")
+    called = client.responses.create(model="qwen2", input="Oslo?", max_output_tokens=120, tools=[tool],
+                                     tool_choice={"type": "function", "name": "get_weather"})
+    assert called.output[-1].type == "function_call" and called.output[-1].name == "get_weather"
+    jsonschema.validate(json.loads(called.output[-1].arguments), tool["parameters"])

@@ -32,7 +32,7 @@ class AnthropicErrors:
 
 def _event(kind, body):
     """One SSE block: Anthropic names each event's type on an `event:` line as well as in its data."""
-    return b"event: " + kind.encode() + b"\n" + sse.event(dict(type=kind, **body))
+    return sse.named(kind, dict(type=kind, **body))
 
 
 def _input(call):

@@ -4,7 +4,6 @@ import dataclasses
 import json
 
 from pantheon.serve.http import validate
-from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import bad, boolean, integer, known_object, number, positive, show, string, top_k
 
 # the content blocks a message may hold, and each one's keys (cache_control and citations are hints)
@@ -203,10 +202,7 @@ def parsed(values):
     fmt = values.get("output_config", {}).get("format")
     if fmt is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
-    try:
-        out = validate.check(body, validate.CHAT, ())
-    except RequestError as exc:
-        raise _renamed(exc) from None
+    out = validate.check_restated(body, RENAMED)
     budget = think.get("budget_tokens", 0) if think else 0
     return dataclasses.replace(out, reasoning_budget=budget), prefill
 
@@ -219,9 +215,3 @@ def _choice(v):
         out["parallel_tool_calls"] = False
     return out
 
-
-def _renamed(exc):
-    source = RENAMED.get(exc.param)
-    if source is None:
-        return exc
-    return RequestError(source + str(exc)[len(exc.param):], param=source, code=exc.code, status=exc.status)

@@ -15,6 +15,7 @@ from pantheon.serve.http.disconnect import DisconnectWatch
 from pantheon.serve.http.embeddings import Embeddings, NativeEmbedding
 from pantheon.serve.http.request_id import RequestId
 from pantheon.serve.http.rerank import Rerank
+from pantheon.serve.http.responses import InputTokens, Responses
 from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
 from pantheon.serve.metrics import OTHER
@@ -26,7 +27,8 @@ ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "com
              "/tokenize": "tokenize", "/detokenize": "detokenize", "/v1/embeddings": "embeddings",
              "/embeddings": "embeddings", "/embedding": "embeddings", **{r: "rerank" for r in RERANK_ROUTES},
              "/api/chat": "chat_completions", "/api/generate": "completions", "/api/embed": "embeddings",
-             "/api/embeddings": "embeddings", "/v1/messages": "chat_completions", "/messages": "chat_completions"}
+             "/api/embeddings": "embeddings", "/v1/messages": "chat_completions", "/messages": "chat_completions",
+             "/v1/responses": "chat_completions", "/responses": "chat_completions"}
 
 
 def _add_ollama_routes(app, backend, options, body_limit, metrics):
@@ -83,6 +85,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
         app.add_route(f"{prefix}/completions", Completions(backend, options))
         app.add_route(f"{prefix}/messages", Messages(backend, options))  # Anthropic's
         app.add_route(f"{prefix}/messages/count_tokens", CountTokens(backend, options))
+        app.add_route(f"{prefix}/responses", Responses(backend, options))  # OpenAI's Responses API
+        app.add_route(f"{prefix}/responses/input_tokens", InputTokens(backend, options))
     app.add_route("/v1/embeddings", Embeddings(backend, body_limit, metrics))
     app.add_route("/embeddings", NativeEmbedding(backend, body_limit, metrics))  # llama-server's, as its own
     app.add_route("/embedding", NativeEmbedding(backend, body_limit, metrics))

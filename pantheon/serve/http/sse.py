@@ -12,6 +12,11 @@ def event(obj):
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
+def named(kind, obj):
+    """One SSE block with an `event:` line naming its type (Anthropic's and OpenAI's Responses streams)."""
+    return b"event: " + kind.encode() + b"\n" + event(obj)
+
+
 def comment(text):
     """An SSE comment line; OpenAI clients skip it, proxies see traffic."""
     return b": " + text.replace("\n", " ").encode() + b"\n\n"

@@ -330,6 +330,19 @@ def fields(body, schema, required=()):
     return {k: v for k, v in checked.items() if v is not IGNORED}
 
 
+def check_restated(body, names):
+    """check() of a chat body restated from another API's fields; a refusal names the field the client sent
+    (`names`: chat field -> that API's field) where it was renamed."""
+    try:
+        return check(body, CHAT, ())
+    except RequestError as exc:
+        source = names.get(exc.param)
+        if source is None:
+            raise
+        raise RequestError(source + str(exc)[len(exc.param):], param=source, code=exc.code,
+                           status=exc.status) from None
+
+
 def _parsed(values):
     limit = llama_fields.generation_limit(values, "max_completion_tokens", "max_tokens")
     options = values.get("stream_options", {})

@@ -1,0 +1,210 @@
+"""OpenAI's Responses API, POST /v1/responses, over the chat routes' machinery; stateless (nothing is stored)."""
+
+import time
+import uuid
+
+from pantheon.serve.http import chat_plan, json_body, responses_fields, sse, validate
+from pantheon.serve.http.backend import BackendError
+from pantheon.serve.http.completions import ChatCompletions, Plan, answer_one, resolve
+
+# per output item kind: its content part's type and the stream events of that part's text
+PARTS = {"message": ("output_text", "response.output_text.delta", "response.output_text.done"),
+         "reasoning": ("reasoning_text", "response.reasoning_text.delta", "response.reasoning_text.done")}
+
+
+def _id(prefix):
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _part(kind, text, logprobs=()):
+    if kind == "reasoning":
+        return {"type": "reasoning_text", "text": text}
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": list(logprobs)}
+
+
+def _function_call(call):
+    return {"type": "function_call", "id": _id("fc"), "call_id": call["id"], "name": call["function"]["name"],
+            "arguments": call["function"]["arguments"], "status": "completed"}
+
+
+class _Reply:
+    """One Responses answer of a started choice: the whole response object, or its stream of events."""
+
+    def __init__(self, served, choice, values):
+        self.model, self.choice, self.gen, self.values = served.name, choice, choice.gen, values
+        self.close_id = served.think_ids[1] if served.think_ids else None
+        self.id, self.created = _id("resp"), int(time.time())
+        self.items, self.seq = [], 0  # streaming: the output items done so far, the next sequence_number
+        self.open, self.text, self.scores = None, "", []  # streaming: the item being written, its text, logprobs
+
+    def response(self, status, output, usage=None, error=None):
+        v = self.values
+        think = v.get("reasoning", {})
+        return {"id": self.id, "object": "response", "created_at": self.created, "status": status, "error": error,
+                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+                "instructions": v.get("instructions"), "max_output_tokens": v.get("max_output_tokens"),
+                "model": self.model, "output": output, "parallel_tool_calls": v.get("parallel_tool_calls", True),
+                "previous_response_id": None, "reasoning": {"effort": think.get("effort"),
+                                                            "summary": think.get("summary")},
+                "store": False, "temperature": v.get("temperature"),
+                "text": v.get("text", {"format": {"type": "text"}}),
+                "tool_choice": v.get("tool_choice", "auto"), "tools": v.get("tools", []), "top_p": v.get("top_p"),
+                "top_logprobs": v.get("top_logprobs"), "truncation": "disabled", "usage": usage,
+                "user": v.get("user"), "metadata": v.get("metadata", {}), "background": False}
+
+    def status(self):
+        """incomplete when max_output_tokens cut the reply, else completed."""
+        return "incomplete" if self.gen.finish_reason == "length" else "completed"
+
+    def usage(self, reply):
+        counts = self.gen.usage
+        prompt, out = counts["prompt_tokens"], counts["completion_tokens"]
+        return {"input_tokens": prompt, "input_tokens_details": {
+                    "cached_tokens": counts["prompt_tokens_details"]["cached_tokens"]},
+                "output_tokens": out, "output_tokens_details": {"reasoning_tokens": self._reasoning_tokens(reply)},
+                "total_tokens": prompt + out}
+
+    def _reasoning_tokens(self, reply):
+        """The generated tokens up to and with the one closing the think block (all of them if it never closed)."""
+        if not reply.get("reasoning_content"):
+            return 0
+        ids = self.gen.token_ids
+        return ids.index(self.close_id) + 1 if self.close_id in ids else len(ids)
+
+    def _item(self, kind, text, status, logprobs=()):
+        prefix = "rs" if kind == "reasoning" else "msg"
+        item = {"type": kind, "id": _id(prefix), "summary": []} if kind == "reasoning" else {
+            "type": kind, "id": _id(prefix), "status": status, "role": "assistant"}
+        return dict(item, content=[_part(kind, text, logprobs)])
+
+    def whole(self):
+        """The non-streamed response (the generation runs to its end here)."""
+        output = self.choice.output
+        output.push("".join(self.gen.pieces()))
+        output.finish()
+        reply, status = output.message(), self.status()
+        items = [self._item("reasoning", reply["reasoning_content"], status)] if reply.get("reasoning_content") else []
+        if reply.get("content") or not reply.get("tool_calls"):
+            scores = self.choice.logprobs(True)
+            items.append(self._item("message", reply.get("content") or "", status, scores["content"] if scores else ()))
+        items += [_function_call(call) for call in reply.get("tool_calls") or ()]
+        return self.response(status, items, self.usage(reply))
+
+    def events(self):
+        """response.created and .in_progress; reasoning and message items as their text comes, function calls
+        whole at the end; response.completed or .incomplete; response.failed if the die fails."""
+        try:
+            yield self._event("response.created", response=self.response("in_progress", []))
+            yield self._event("response.in_progress", response=self.response("in_progress", []))
+            output = self.choice.output
+            for text in self.gen.pieces():
+                yield from self._deltas(output.push(text))
+            if self.gen.finish_reason == "abort":
+                return
+            yield from self._deltas(output.finish())
+            reply = output.message()
+            if not reply.get("tool_calls") and not any(i["type"] == "message" for i in self.items) \
+                    and (self.open or {}).get("type") != "message":
+                yield from self._start("message")  # an empty reply is still a message
+            yield from self._close()
+            for call in reply.get("tool_calls") or ():
+                yield from self._call(_function_call(call))
+            status = self.status()
+            yield self._event(f"response.{status}", response=self.response(status, self.items, self.usage(reply)))
+        except BackendError as exc:  # the status line is gone: the response fails in-band
+            self.gen.cancel()
+            yield self._event("response.failed", response=self.response("failed", self.items, error={
+                "code": exc.code, "message": str(exc)}))
+
+    def _event(self, kind, **body):
+        self.seq += 1
+        return sse.named(kind, dict(type=kind, sequence_number=self.seq - 1, **body))
+
+    def _deltas(self, deltas):
+        for delta in deltas:
+            for key, kind in (("reasoning_content", "reasoning"), ("content", "message")):
+                if delta.get(key):
+                    yield from self._start(kind)
+                    self.text += delta[key]
+                    extra = {"logprobs": self._new_scores()} if kind == "message" else {}
+                    yield self._event(PARTS[kind][1], item_id=self.open["id"], output_index=len(self.items),
+                                      content_index=0, delta=delta[key], **extra)
+
+    def _new_scores(self):
+        scores = self.choice.new_logprobs(True)
+        self.scores += scores["content"] if scores else []
+        return scores["content"] if scores else []
+
+    def _start(self, kind):
+        if self.open is not None and self.open["type"] == kind:
+            return
+        yield from self._close()
+        self.open, self.text, self.scores = self._item(kind, "", "in_progress"), "", []
+        where = {"item_id": self.open["id"], "output_index": len(self.items)}
+        yield self._event("response.output_item.added", output_index=len(self.items), item=dict(self.open, content=[]))
+        yield self._event("response.content_part.added", **where, content_index=0, part=_part(kind, ""))
+
+    def _close(self):
+        if self.open is None:
+            return
+        kind, where = self.open["type"], {"item_id": self.open["id"], "output_index": len(self.items)}
+        part = _part(kind, self.text, self.scores)
+        extra = {"logprobs": part["logprobs"]} if kind == "message" else {}
+        yield self._event(PARTS[kind][2], **where, content_index=0, text=self.text, **extra)
+        yield self._event("response.content_part.done", **where, content_index=0, part=part)
+        item = dict(self.open, content=[part], **({"status": self.status()} if kind == "message" else {}))
+        yield self._event("response.output_item.done", output_index=len(self.items), item=item)
+        self.items.append(item)
+        self.open = None
+
+    def _call(self, item):
+        where = {"item_id": item["id"], "output_index": len(self.items)}
+        yield self._event("response.output_item.added", output_index=len(self.items),
+                          item=dict(item, arguments="", status="in_progress"))
+        yield self._event("response.function_call_arguments.delta", **where, delta=item["arguments"])
+        yield self._event("response.function_call_arguments.done", **where, name=item["name"],
+                          arguments=item["arguments"])
+        yield self._event("response.output_item.done", output_index=len(self.items), item=item)
+        self.items.append(item)
+
+
+class _Route:
+    """What both routes share: the checked body, the model and the chat request it stands for."""
+
+    schema = responses_fields.COUNT
+
+    def __init__(self, backend, options):
+        self.backend, self.options = backend, options
+
+    def _prepared(self, req):
+        values = validate.fields(json_body.read_json(req, self.options.body_limit), self.schema, ("input",))
+        served = resolve(self.backend, values.get("model"))
+        req.context.model = served.name
+        return served, values, responses_fields.parsed(values)
+
+
+class Responses(_Route):
+    """POST /v1/responses: a chat turn answered as a Responses object, or streamed as its events."""
+
+    schema = responses_fields.RESPONSES
+
+    def __init__(self, backend, options):
+        super().__init__(backend, options)
+        self.bridge = ChatCompletions(backend, options)  # starts generations exactly as /v1/chat/completions does
+
+    def on_post(self, req, resp):
+        started = time.perf_counter()
+        served, values, parsed = self._prepared(req)
+        plan = chat_plan.plan(served, parsed, self.options.reasoning_format)
+        choice = self.bridge.start(req, served, parsed, started, [Plan(plan.ids, plan.output, plan.grammar)])[0]
+        reply = _Reply(served, choice, values)
+        answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS)
+
+
+class InputTokens(_Route):
+    """POST /v1/responses/input_tokens: the input's token count, as the model's template renders it."""
+
+    def on_post(self, req, resp):
+        served, _, parsed = self._prepared(req)
+        text, opener = chat_plan.prompt_text(served, parsed)
+        resp.media = {"object": "response.input_tokens", "input_tokens": len(served.prompts.encode_chat(text + opener))}
