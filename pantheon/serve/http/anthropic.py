@@ -1,12 +1,11 @@
 """Anthropic's Messages API, POST /v1/messages and /v1/messages/count_tokens, over the chat routes' machinery."""
 
 import json
-import time
 import uuid
 
-from pantheon.serve.http import anthropic_fields, chat_plan, json_body, sse, validate
+from pantheon.serve.http import anthropic_fields, chat_plan, sse
 from pantheon.serve.http.backend import BackendError
-from pantheon.serve.http.completions import ChatCompletions, Plan, answer_one, resolve
+from pantheon.serve.http.completions import RestatedChat
 
 PATHS = ("/v1/messages", "/messages")
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}  # OpenAI's finish reason -> Anthropic's
@@ -142,20 +141,13 @@ class _Reply:
         yield _event("content_block_stop", {"index": self.index})
 
 
-class _Route:
-    """What both routes share: the checked body, the model and the prompt."""
+class _Route(RestatedChat):
+    """What both routes share: the body restated as a chat request and an assistant prefill."""
 
     schema, required = anthropic_fields.COUNT, ("model", "messages")
 
-    def __init__(self, backend, options):
-        self.backend, self.options = backend, options
-
-    def _prepared(self, req):
-        values = validate.fields(json_body.read_json(req, self.options.body_limit), self.schema, self.required)
-        served = resolve(self.backend, values["model"])
-        req.context.model = served.name
-        parsed, prefill = anthropic_fields.parsed(values)
-        return served, parsed, prefill
+    def restate(self, values):
+        return anthropic_fields.parsed(values)
 
 
 class Messages(_Route):
@@ -163,23 +155,13 @@ class Messages(_Route):
 
     schema, required = anthropic_fields.MESSAGES, ("model", "max_tokens", "messages")
 
-    def __init__(self, backend, options):
-        super().__init__(backend, options)
-        self.bridge = ChatCompletions(backend, options)  # starts generations exactly as /v1/chat/completions does
-
-    def on_post(self, req, resp):
-        started = time.perf_counter()
-        served, parsed, prefill = self._prepared(req)
-        plan = chat_plan.plan(served, parsed, self.options.reasoning_format, prefill)
-        choice = self.bridge.start(req, served, parsed, started, [Plan(plan.ids, plan.output, plan.grammar)])[0]
-        reply = _Reply(served, choice, len(plan.ids))
-        answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS)
+    def reply(self, served, choice, n_prompt, values):
+        return _Reply(served, choice, n_prompt)
 
 
 class CountTokens(_Route):
     """POST /v1/messages/count_tokens: the prompt's token count, as the model's template renders it."""
 
     def on_post(self, req, resp):
-        served, parsed, prefill = self._prepared(req)
-        text, opener = chat_plan.prompt_text(served, parsed)
-        resp.media = {"input_tokens": len(served.prompts.encode_chat(text + prefill + opener))}
+        served, _, parsed, prefill = self.prepared(req)
+        resp.media = {"input_tokens": chat_plan.prompt_tokens(served, parsed, prefill)}

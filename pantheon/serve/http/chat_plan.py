@@ -85,6 +85,12 @@ def prompt_text(served, parsed):
     return text, _forced_opener(fmt, tools, parsed.tool_choice)
 
 
+def prompt_tokens(served, parsed, prefill=""):
+    """How many tokens the prompt of this chat request is (the count_tokens / input_tokens routes)."""
+    text, opener = prompt_text(served, parsed)
+    return len(served.prompts.encode_chat(text + prefill + opener))
+
+
 def _forced_opener(fmt, tools, choice):
     """The start of a call appended to the prompt when tool_choice is "required" or names a function."""
     if tools is None or choice == "auto":

@@ -189,10 +189,12 @@ class ChatCompletions(_GenerateResource):
     chat = True
     schema, required = validate.CHAT, ("messages",)
 
-    def prepare(self, served, parsed):
-        """The prompt and the parser that splits the reply into content, reasoning and tool calls."""
-        plan = chat_plan.plan(served, parsed, self.options.reasoning_format)
+    def prepare(self, served, parsed, prefill=""):
+        """The prompt and the parser that splits the reply into content, reasoning and tool calls; `prefill`
+        starts the reply (see chat_plan.plan)."""
+        plan = chat_plan.plan(served, parsed, self.options.reasoning_format, prefill)
         return [Plan(plan.ids, plan.output, plan.grammar)]
+
 
 
 class Completions(_GenerateResource):
@@ -224,3 +226,29 @@ class Completions(_GenerateResource):
             raise RequestError("prompt: tokenizes to no tokens at all", param="prompt", code="invalid_value")
         return ids
 
+
+class RestatedChat:
+    """A route whose body restates a chat request under another API's names (Anthropic's Messages, OpenAI's
+    Responses): `restate(values)` gives (validate.Parsed, assistant prefill); `reply(served, choice, n_prompt,
+    values)` shapes one started choice's answer, with `whole()` and `events()`."""
+
+    schema, required = {}, ()
+
+    def __init__(self, backend, options):
+        self.backend, self.options = backend, options
+        self.bridge = ChatCompletions(backend, options)  # starts generations exactly as /v1/chat/completions does
+
+    def prepared(self, req):
+        """(served model, checked values, validate.Parsed, prefill) of the request."""
+        values = validate.fields(json_body.read_json(req, self.options.body_limit), self.schema, self.required)
+        served = resolve(self.backend, values.get("model"))
+        req.context.model = served.name
+        return (served, values) + tuple(self.restate(values))
+
+    def on_post(self, req, resp):
+        started = time.perf_counter()
+        served, values, parsed, prefill = self.prepared(req)
+        plans = self.bridge.prepare(served, parsed, prefill)
+        choice = self.bridge.start(req, served, parsed, started, plans)[0]
+        reply = self.reply(served, choice, len(plans[0].ids), values)
+        answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS)

@@ -3,9 +3,9 @@
 import time
 import uuid
 
-from pantheon.serve.http import chat_plan, json_body, responses_fields, sse, validate
+from pantheon.serve.http import chat_plan, responses_fields, sse
 from pantheon.serve.http.backend import BackendError
-from pantheon.serve.http.completions import ChatCompletions, Plan, answer_one, resolve
+from pantheon.serve.http.completions import RestatedChat
 
 # per output item kind: its content part's type and the stream events of that part's text
 PARTS = {"message": ("output_text", "response.output_text.delta", "response.output_text.done"),
@@ -168,19 +168,13 @@ class _Reply:
         self.items.append(item)
 
 
-class _Route:
-    """What both routes share: the checked body, the model and the chat request it stands for."""
+class _Route(RestatedChat):
+    """What both routes share: the input items restated as a chat request."""
 
-    schema = responses_fields.COUNT
+    schema, required = responses_fields.COUNT, ("input",)
 
-    def __init__(self, backend, options):
-        self.backend, self.options = backend, options
-
-    def _prepared(self, req):
-        values = validate.fields(json_body.read_json(req, self.options.body_limit), self.schema, ("input",))
-        served = resolve(self.backend, values.get("model"))
-        req.context.model = served.name
-        return served, values, responses_fields.parsed(values)
+    def restate(self, values):
+        return responses_fields.parsed(values), ""
 
 
 class Responses(_Route):
@@ -188,23 +182,13 @@ class Responses(_Route):
 
     schema = responses_fields.RESPONSES
 
-    def __init__(self, backend, options):
-        super().__init__(backend, options)
-        self.bridge = ChatCompletions(backend, options)  # starts generations exactly as /v1/chat/completions does
-
-    def on_post(self, req, resp):
-        started = time.perf_counter()
-        served, values, parsed = self._prepared(req)
-        plan = chat_plan.plan(served, parsed, self.options.reasoning_format)
-        choice = self.bridge.start(req, served, parsed, started, [Plan(plan.ids, plan.output, plan.grammar)])[0]
-        reply = _Reply(served, choice, values)
-        answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS)
+    def reply(self, served, choice, n_prompt, values):
+        return _Reply(served, choice, values)
 
 
 class InputTokens(_Route):
     """POST /v1/responses/input_tokens: the input's token count, as the model's template renders it."""
 
     def on_post(self, req, resp):
-        served, _, parsed = self._prepared(req)
-        text, opener = chat_plan.prompt_text(served, parsed)
-        resp.media = {"object": "response.input_tokens", "input_tokens": len(served.prompts.encode_chat(text + opener))}
+        served, _, parsed, _ = self.prepared(req)
+        resp.media = {"object": "response.input_tokens", "input_tokens": chat_plan.prompt_tokens(served, parsed)}

@@ -71,3 +71,21 @@ def call(port, method, path, body=None, headers=None, raw=None):
         return resp.status, resp.headers, json.loads(payload) if "json" in kind else payload
     finally:
         conn.close()
+
+
+def named_events(port, path, body):
+    """(status, [(event name, data object)]) of one streamed request whose SSE blocks name their event
+    (Anthropic's and the Responses API's streams), read raw."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", path, body=json.dumps(dict(body, stream=True)),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        events = []
+        for block in resp.read().decode().split("\n\n"):
+            lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+            if "event" in lines:
+                events.append((lines["event"], json.loads(lines["data"])))
+        return resp.status, events
+    finally:
+        conn.close()

@@ -1,6 +1,5 @@
 """Anthropic's Messages API (/v1/messages): the official `anthropic` client, answers checked against the engine."""
 
-import http.client
 import json
 
 import pytest
@@ -10,7 +9,7 @@ from pantheon.serve.http.choices import Choice
 from pantheon.serve.http.shapes import usage
 from pantheon.serve.http.stops import StopMatcher
 from pantheon.text.chat_output import ChatOutput
-from tests.pantheon.serve.http.server import CHAT_N_CTX, Served, call, open_models
+from tests.pantheon.serve.http.server import CHAT_N_CTX, Served, call, named_events, open_models
 
 anthropic = pytest.importorskip("anthropic", reason="the anthropic client is a test dependency (setup.cfg [test])")
 
@@ -30,20 +29,7 @@ def client(qwen):
 
 
 def sse(port, body):
-    """(status, [(event name, data object)]) of one streamed request, read raw."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        conn.request("POST", "/v1/messages", body=json.dumps(dict(body, stream=True)),
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        events = []
-        for block in resp.read().decode().split("\n\n"):
-            lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
-            if "event" in lines:
-                events.append((lines["event"], json.loads(lines["data"])))
-        return resp.status, events
-    finally:
-        conn.close()
+    return named_events(port, "/v1/messages", body)
 
 
 def test_a_message_is_the_engines_greedy_reply_to_the_rendered_conversation(client, prompts, greedy, engine_model):

@@ -1,6 +1,5 @@
 """OpenAI's Responses API (/v1/responses): the official `openai` client, answers checked against the engine."""
 
-import http.client
 import itertools
 import json
 
@@ -13,7 +12,7 @@ from pantheon.serve.http.responses import _Reply
 from pantheon.serve.http.shapes import usage
 from pantheon.serve.http.stops import StopMatcher
 from pantheon.text.chat_output import ChatOutput
-from tests.pantheon.serve.http.server import CHAT_N_CTX, call
+from tests.pantheon.serve.http.server import CHAT_N_CTX, call, named_events
 
 N_CTX = CHAT_N_CTX
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
@@ -28,20 +27,7 @@ def client(qwen):
 
 
 def sse(port, body):
-    """(status, [(event name, data object)]) of one streamed request, read raw."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        conn.request("POST", "/v1/responses", body=json.dumps(dict(body, stream=True)),
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        events = []
-        for block in resp.read().decode().split("\n\n"):
-            lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
-            if "event" in lines:
-                events.append((lines["event"], json.loads(lines["data"])))
-        return resp.status, events
-    finally:
-        conn.close()
+    return named_events(port, "/v1/responses", body)
 
 
 def _runs(names):
