@@ -237,9 +237,8 @@ def chat_body(values):
             **{k: values[k] for k in ("temperature", "top_p", "parallel_tool_calls") if k in values}}
     if "max_output_tokens" in values:
         body["max_tokens"] = values["max_output_tokens"]
-    session = values.get("user", values.get("prompt_cache_key"))  # either keeps a conversation on one replica
-    if session is not None:
-        body["user"] = session
+    if "user" in values:  # a session (its KV kept); prompt_cache_key is not one: unrelated requests share it
+        body["user"] = values["user"]
     if values.get("tools"):
         body["tools"] = [{"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters")
                                                            if t.get(k) is not None}} for t in values["tools"]]
