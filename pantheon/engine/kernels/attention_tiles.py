@@ -28,8 +28,8 @@ from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.simd import prefetch_l2
 from pantheon.engine.kernels.simd512 import fzero16, store16
 from pantheon.engine.kernels.simd_lanes import fload16
-from pantheon.engine.kernels.simd_f32 import (fbcast16, hload1, hload16, hstore1, hstore16, vadd16, vfill16, vfma16,
-                                              vmax16, vsub16)
+from pantheon.engine.kernels.simd_f32 import (fbcast16, hstore1, hstore16, vadd16, vfill16, vfma16, vmax16, vsub16,
+                                              widen16)
 
 LANES = 16
 # Keys (or value columns) advanced together: 8 independent fma chains cover the fma latency.
@@ -104,15 +104,6 @@ def _narrow(src, dst, o):
 
 
 @inline
-def _widen(src, o, n, dst):
-    """dst[:n] = the float32 values of the float16 bits src[o:o+n] (exact)."""
-    for i in range(0, n - n % LANES, LANES):
-        store16(dst, i, hload16(src, o + i))
-    for i in range(n - n % LANES, n):
-        dst[i] = hload1(src, o + i)
-
-
-@inline
 def _base(tile, kc, li):
     """Where `tile`'s kv head's position 0 starts in its sequence's cache kc [n_layer, KV, capacity, hd]
     (or vc) read flat."""
@@ -167,13 +158,13 @@ def _tile(q, kf, vf, base, tile, pos, out, qt, sc, buf, acc, lanes, who, r):
     length = pos[r0:r0 + nr].max() + 1  # the positions the tile's longest row reads
     for c0 in range(0, length, CHUNK):
         m = min(CHUNK, length - c0)
-        _widen(kf, base + c0 * hd, m * hd, buf)
+        widen16(kf, base + c0 * hd, m * hd, buf)
         chunk_scores(qt, q.reshape(-1), at, nl, buf, m, hd, sc, c0, r)
     _softmax(sc, length, rows, nl, pos, lanes, who[2])
     acc[:nl * hd] = 0.0
     for c0 in range(0, length, CHUNK):
         m = min(CHUNK, length - c0)
-        _widen(vf, base + c0 * hd, m * hd, buf)
+        widen16(vf, base + c0 * hd, m * hd, buf)
         for l0 in range(0, nl, UNROLL):
             for d in range(0, hd - hd % LANES, LANES):
                 _values8(sc, buf, d, hd, c0, m, acc, l0)

@@ -5,62 +5,69 @@ from gguf import GGMLQuantizationType as T
 from numba import prange
 
 from pantheon.engine.kernels.contract import QuantKernels
-from pantheon.engine.kernels.fp16 import fp16_table
 from pantheon.engine.kernels.jit import exact, inline, kernel
+from pantheon.engine.kernels.simd512 import fzero16
+from pantheon.engine.kernels.simd_f32 import bfload1, bfload16, fsum16, hload1, hload16, vadd16, vfma16, widen16
+from pantheon.engine.kernels.simd_lanes import fload16
 
-# Lanes of the float32 accumulator: one 512-bit vector, or two 256-bit ones.
-LANES = 16
-CHUNK = 16
+CHUNK = 16  # rows per parallel task
+# Elements a row's dot advances per step: four 16-lane fma chains, enough to hide the fma latency
+# behind the weight stream (a decode step reads each weight once, from DRAM).
+STEP = 64
 
 
 @inline
-def _dot_rows(w, x, acc, out, r):
-    """out[i, r] = w · x[i] for every i, with a LANES-wide accumulator and a scalar tail."""
-    n, cols = x.shape
-    body = cols - cols % acc.shape[0]
-    for i in range(n):
-        acc[:] = 0.0
-        for b in range(0, body, acc.shape[0]):
-            for j in range(acc.shape[0]):
-                acc[j] += w[b + j] * x[i, b + j]
-        s = np.float32(0.0)
-        for j in range(body, cols):
-            s += w[j] * x[i, j]
-        for j in range(acc.shape[0]):
-            s += acc[j]
-        out[i, r] = s
+def _wide16(row, j, bf16):
+    """16 weights row[j:j+16] as float32 lanes (vcvtph2ps for float16, a shift for bfloat16)."""
+    return bfload16(row, j) if bf16 else hload16(row, j)
 
 
-@kernel
-def _gemv_f16(h, x, out, tab, lanes):
-    rows, cols = h.shape
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        w = np.empty(cols, np.float32)  # [cols]
-        acc = np.empty(lanes, np.float32)  # [lanes]
-        for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
-            for j in range(cols):
-                w[j] = tab[h[r, j]]
-            _dot_rows(w, x, acc, out, r)
+@inline
+def _wide1(row, j, bf16):
+    return bfload1(row, j) if bf16 else hload1(row, j)
 
 
-@kernel
-def _gemv_bf16(h, x, out, lanes):
-    rows, cols = h.shape
-    for c in prange((rows + CHUNK - 1) // CHUNK):
-        bits = np.empty(cols, np.uint32)  # [cols]
-        w = bits.view(np.float32)  # [cols]
-        acc = np.empty(lanes, np.float32)  # [lanes]
-        for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
-            for j in range(cols):
-                bits[j] = np.uint32(h[r, j]) << np.uint32(16)
-            _dot_rows(w, x, acc, out, r)
+@inline
+def _row_dot(row, x, bf16):
+    """row · x for one 16-bit float weight row and one float32 vector: four lane chains, then a fixed tree, then
+    the scalar tail, the same instructions whatever else the batch holds."""
+    cols = x.shape[0]
+    body = cols - cols % STEP
+    a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
+    for j in range(0, body, STEP):
+        a0 = vfma16(_wide16(row, j, bf16), fload16(x, j), a0)
+        a1 = vfma16(_wide16(row, j + 16, bf16), fload16(x, j + 16), a1)
+        a2 = vfma16(_wide16(row, j + 32, bf16), fload16(x, j + 32), a2)
+        a3 = vfma16(_wide16(row, j + 48, bf16), fload16(x, j + 48), a3)
+    s = fsum16(vadd16(vadd16(a0, a1), vadd16(a2, a3)))
+    for j in range(body, cols):
+        s += _wide1(row, j, bf16) * x[j]
+    return s
+
+
+def _float_gemv(bf16):
+    """gemv of a 16-bit float type, the type closed over so LLVM sees which widening the loads use. Each
+    row is read from memory once and its dots with the n vectors come from L1."""
+
+    @kernel
+    def gemv(h, x, out):
+        rows, n = h.shape[0], x.shape[0]
+        for c in prange((rows + CHUNK - 1) // CHUNK):
+            for r in range(c * CHUNK, min(rows, (c + 1) * CHUNK)):
+                row = h[r]  # [cols]
+                for i in range(n):
+                    out[i, r] = _row_dot(row, x[i], bf16)
+
+    return gemv
+
+
+_gemv_f16, _gemv_bf16 = _float_gemv(False), _float_gemv(True)
 
 
 @exact
-def _dequant_f16(h, out, tab):
+def _dequant_f16(h, out):
     for r in prange(h.shape[0]):
-        for j in range(h.shape[1]):
-            out[r, j] = tab[h[r, j]]
+        widen16(h[r], 0, h.shape[1], out[r])
 
 
 @exact
@@ -79,15 +86,15 @@ def dequant_f32(raw, out):
 
 
 def gemv_f16(raw, x, out):
-    _gemv_f16(raw.view(np.uint16), x, out, fp16_table(), LANES)
+    _gemv_f16(raw.view(np.uint16), np.ascontiguousarray(x), out)  # the lane loads read rows contiguously
 
 
 def dequant_f16(raw, out):
-    _dequant_f16(raw.view(np.uint16), out, fp16_table())
+    _dequant_f16(raw.view(np.uint16), out)
 
 
 def gemv_bf16(raw, x, out):
-    _gemv_bf16(raw.view(np.uint16), x, out, LANES)
+    _gemv_bf16(raw.view(np.uint16), np.ascontiguousarray(x), out)
 
 
 def dequant_bf16(raw, out):

@@ -11,8 +11,10 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from pantheon.engine.kernels.jit import inline
 from pantheon.engine.kernels.simd import _splat
-from pantheon.engine.kernels.simd512 import F32X16, I32X16, _F32, _I8, _V16F, _V16I, _call, _ptr, reduction
+from pantheon.engine.kernels.simd512 import (F32X16, I32X16, _F32, _I8, _I32, _V16F, _V16I, _call, _ptr, reduction,
+                                             store16)
 
 
 @intrinsic
@@ -99,6 +101,7 @@ isum16 = reduction("isum16", "llvm.vector.reduce.add.v16i32", types.int32, "Σ o
 
 _HALF = ir.HalfType()
 _V16H = ir.VectorType(_HALF, 16)
+_V16S = ir.VectorType(ir.IntType(16), 16)
 
 
 @intrinsic
@@ -121,6 +124,35 @@ def hstore16(typingctx, ary, idx, v):
 
 
 @intrinsic
+def bfload16(typingctx, ary, idx):
+    """ary[idx:idx+16] of a uint16 array holding bfloat16 bits, widened to float32 (exact: the bits shifted
+    into a float32's upper half)."""
+    def codegen(context, builder, sig, args):
+        h = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16S), align=2)
+        wide = builder.shl(builder.zext(h, _V16I), ir.Constant(_V16I, [16] * 16))
+        return builder.bitcast(wide, _V16F)
+    return F32X16(ary, idx), codegen
+
+
+@intrinsic
+def bfload1(typingctx, ary, idx):
+    """ary[idx] of a uint16 array holding bfloat16 bits, as float32 (exact)."""
+    def codegen(context, builder, sig, args):
+        h = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], ir.IntType(16)))
+        return builder.bitcast(builder.shl(builder.zext(h, _I32), ir.Constant(_I32, 16)), _F32)
+    return types.float32(ary, idx), codegen
+
+
+@intrinsic
+def fsum16(typingctx, v):
+    """Σ of 16 float32 lanes in a fixed tree (reassoc lets LLVM pair lanes; the same code every call)."""
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.vector.reduce.fadd.v16f32", _F32, [ir.Constant(_F32, 0.0), args[0]],
+                     ("reassoc",))
+    return types.float32(v), codegen
+
+
+@intrinsic
 def hload1(typingctx, ary, idx):
     """ary[idx] of a uint16 array holding float16 bits, as float32."""
     def codegen(context, builder, sig, args):
@@ -135,3 +167,12 @@ def hstore1(typingctx, ary, idx, x):
         builder.store(builder.fptrunc(args[2], _HALF), _ptr(context, builder, sig.args[0], args[0], args[1], _HALF))
         return context.get_dummy_value()
     return types.none(ary, idx, types.float32), codegen
+
+
+@inline
+def widen16(src, o, n, dst):
+    """dst[:n] = the float32 values of the float16 bits src[o:o+n] (exact)."""
+    for i in range(0, n - n % 16, 16):
+        store16(dst, i, hload16(src, o + i))
+    for i in range(n - n % 16, n):
+        dst[i] = hload1(src, o + i)
