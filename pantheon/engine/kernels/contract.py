@@ -8,6 +8,8 @@ Contract for a type module (`legacy.py`, `kquants.py`): it exports `KERNELS`, a 
   decode (n = 1 .. a few). Parallel over rows with numba prange.
 - `dequant(raw, out)`: raw uint8 [rows, row_bytes], out float32 [rows, cols]; exact ggml
   dequantization. Used for embedding lookups and for tiles fed to BLAS (prefill).
+
+`any_batch`: the type's gemv beats dequantized tiles and BLAS at every batch size (prefill too).
 """
 
 from dataclasses import dataclass
@@ -18,3 +20,4 @@ from typing import Callable
 class QuantKernels:
     gemv: Callable
     dequant: Callable
+    any_batch: bool = False

@@ -22,7 +22,7 @@ def matmul(w, x, out=None):
     if out is None:
         out = np.empty((n, w.rows), dtype=np.float32)  # [n, rows]
     k = kernels_for(w.qtype)
-    if n <= GEMV_MAX_BATCH:
+    if n <= GEMV_MAX_BATCH or k.any_batch:
         k.gemv(w.raw, x, out)
         return out
     step = max(1, min(w.rows, TILE_BYTES // (4 * w.cols)))
