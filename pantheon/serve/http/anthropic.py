@@ -75,10 +75,7 @@ class _Reply:
 
     def whole(self):
         """The non-streamed message (the generation runs to its end here)."""
-        output = self.choice.output
-        output.push("".join(self.gen.pieces()))
-        output.finish()
-        reply = output.message()
+        reply = self.choice.message()
         content = [{"type": "thinking", "thinking": reply["reasoning_content"], "signature": ""}] \
             if reply.get("reasoning_content") else []
         if reply.get("content"):
@@ -92,14 +89,11 @@ class _Reply:
         try:
             yield _event("message_start", {"message": self.message([], {"input_tokens": self.n_prompt,
                                                                         "output_tokens": 0})})
-            output = self.choice.output
-            for text in self.gen.pieces():
-                yield from self._deltas(output.push(text))
+            yield from self._deltas(self.choice.deltas())
             if self.gen.finish_reason == "abort":
                 return
-            yield from self._deltas(output.finish())
             yield from self._close()
-            for call in output.message().get("tool_calls") or ():
+            for call in self.choice.output.message().get("tool_calls") or ():
                 yield from self._call(call)
             stop_reason, sequence = self.stop()
             yield _event("message_delta", {"delta": {"stop_reason": stop_reason, "stop_sequence": sequence},

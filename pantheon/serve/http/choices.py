@@ -32,6 +32,19 @@ class Choice:
             return "tool_calls"
         return self.gen.finish_reason
 
+    def message(self):
+        """A chat choice's reply (content, reasoning_content, tool_calls); its generation runs to the end here."""
+        self.output.push("".join(self.gen.pieces()))
+        self.output.finish()
+        return self.output.message()
+
+    def deltas(self):
+        """A chat choice's reply deltas as its text comes, then the parser's last ones (none after an abort)."""
+        for text in self.gen.pieces():
+            yield from self.output.push(text)
+        if self.gen.finish_reason != "abort":
+            yield from self.output.finish()
+
     def logprobs(self, chat, scores=None, offsets=None):
         """This choice's logprobs object for `scores` (default: all of them), or None when not asked."""
         if self.spell is None:

@@ -79,10 +79,7 @@ class _Reply:
 
     def whole(self):
         """The non-streamed response (the generation runs to its end here)."""
-        output = self.choice.output
-        output.push("".join(self.gen.pieces()))
-        output.finish()
-        reply, status = output.message(), self.status()
+        reply, status = self.choice.message(), self.status()
         items = [self._item("reasoning", reply["reasoning_content"], status)] if reply.get("reasoning_content") else []
         if reply.get("content") or not reply.get("tool_calls"):
             scores = self.choice.logprobs(True)
@@ -96,13 +93,10 @@ class _Reply:
         try:
             yield self._event("response.created", response=self.response("in_progress", []))
             yield self._event("response.in_progress", response=self.response("in_progress", []))
-            output = self.choice.output
-            for text in self.gen.pieces():
-                yield from self._deltas(output.push(text))
+            yield from self._deltas(self.choice.deltas())
             if self.gen.finish_reason == "abort":
                 return
-            yield from self._deltas(output.finish())
-            reply = output.message()
+            reply = self.choice.output.message()
             if not reply.get("tool_calls") and not any(i["type"] == "message" for i in self.items) \
                     and (self.open or {}).get("type") != "message":
                 yield from self._start("message")  # an empty reply is still a message
