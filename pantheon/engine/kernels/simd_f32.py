@@ -1,5 +1,6 @@
 """Float32 lane intrinsics: the attention tiles' (one lane per query vector, a key's element broadcast to
-all) and the activation quantizer's (16 consecutive values of one row).
+all), the activation quantizer's (16 consecutive values of one row) and the 16-bit float weights' (16
+float16 or bfloat16 values widened at once).
 
 Every operation is one IEEE instruction per lane (fma rounds once), called explicitly so fastmath
 never reassociates a lane's running sum: a query's result is the same instruction sequence whichever
