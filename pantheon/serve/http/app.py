@@ -15,7 +15,7 @@ from pantheon.serve.http.disconnect import DisconnectWatch
 from pantheon.serve.http.embeddings import Embeddings, NativeEmbedding
 from pantheon.serve.http.request_id import RequestId
 from pantheon.serve.http.rerank import Rerank
-from pantheon.serve.http.responses import InputTokens, Responses
+from pantheon.serve.http.responses import InputTokens, Responses, Stored
 from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
 from pantheon.serve.metrics import OTHER
@@ -87,6 +87,10 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
         app.add_route(f"{prefix}/messages/count_tokens", CountTokens(backend, options))
         app.add_route(f"{prefix}/responses", Responses(backend, options))  # OpenAI's Responses API
         app.add_route(f"{prefix}/responses/input_tokens", InputTokens(backend, options))
+        stored = Stored()
+        app.add_route(f"{prefix}/responses/{{response_id}}", stored)
+        app.add_route(f"{prefix}/responses/{{response_id}}/input_items", stored, suffix="items")
+        app.add_route(f"{prefix}/responses/{{response_id}}/cancel", stored, suffix="cancel")
     app.add_route("/v1/embeddings", Embeddings(backend, body_limit, metrics))
     app.add_route("/embeddings", NativeEmbedding(backend, body_limit, metrics))  # llama-server's, as its own
     app.add_route("/embedding", NativeEmbedding(backend, body_limit, metrics))

@@ -6,6 +6,7 @@ import uuid
 from pantheon.serve.http import chat_plan, responses_fields, sse
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import RestatedChat
+from pantheon.serve.http.errors import RequestError
 
 # per output item kind: its content part's type and the stream events of that part's text
 PARTS = {"message": ("output_text", "response.output_text.delta", "response.output_text.done"),
@@ -186,3 +187,15 @@ class InputTokens(_Route):
     def on_post(self, req, resp):
         served, _, parsed, _ = self.prepared(req)
         resp.media = {"object": "response.input_tokens", "input_tokens": chat_plan.prompt_tokens(served, parsed)}
+
+
+class Stored:
+    """GET and DELETE /v1/responses/{id}, its input_items, its cancel: nothing is stored here (every response is
+    made as with store false), so every id is unknown: a 404 that says so, which OpenAI's clients raise as
+    NotFoundError."""
+
+    def on_get(self, req, resp, response_id):
+        raise RequestError(f"response {response_id!r} not found: {responses_fields.STATELESS}", param="response_id",
+                           code="not_found", status=404)
+
+    on_delete = on_get_items = on_post_cancel = on_get

@@ -176,6 +176,15 @@ def test_an_unknown_model_is_a_404(served):
     assert "nope" in err.value.body["message"]
 
 
+def test_stored_response_routes_are_404s_saying_nothing_is_stored(client, qwen):
+    for fetch in (lambda: client.responses.retrieve("resp_1"), lambda: client.responses.delete("resp_1"),
+                  lambda: client.responses.input_items.list("resp_1"), lambda: client.responses.cancel("resp_1")):
+        with pytest.raises(openai.NotFoundError) as err:
+            fetch()
+        assert "stores no responses" in err.value.body["message"] and err.value.body["param"] == "response_id"
+    assert call(qwen.port, "POST", "/v1/responses/input_tokens", {"input": "x"})[0] == 200
+
+
 class _Gen:
     """A finished generation's text pieces and ids, as a Generation hands them out."""
 
