@@ -196,7 +196,6 @@ class ChatCompletions(_GenerateResource):
         return [Plan(plan.ids, plan.output, plan.grammar)]
 
 
-
 class Completions(_GenerateResource):
     schema, required = validate.COMPLETIONS, ("prompt",)
 
