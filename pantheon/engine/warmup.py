@@ -40,10 +40,9 @@ def _expert_samples(blocks):
 
 
 def _sample(w, rows):
-    """The first `rows` rows of `w`; repacked too when `w` is, and read-only like its sidecar view, so
-    the kernel compiled here is the one (numba specialises on it) the served step calls."""
+    """The first `rows` rows of `w`, repacked too when `w` is (Weight hands both to the kernels read-only, as
+    the sidecar's view is, so the kernel compiled here is the one the served step calls)."""
     if w.packed is None:
         return Weight(w.name, w.qtype, rows, w.cols, w.raw[:rows])
     packed = repack.pack(w.qtype, w.raw[:rows])  # [1, 32 row_bytes]
-    packed.flags.writeable = False
     return Weight(w.name, w.qtype, rows, w.cols, w.raw[:rows], packed)

@@ -5,6 +5,8 @@ from typing import Optional
 
 import numpy as np
 
+from pantheon.engine.kernels.contract import read_only
+
 
 @dataclass(frozen=True, eq=False)
 class Weight:
@@ -25,3 +27,7 @@ class Weight:
     def __post_init__(self):
         assert self.raw.dtype == np.uint8 and self.raw.ndim == 2, self.name
         assert self.raw.shape[0] == self.rows, self.name
+        # the kernels' one compiled signature (kernels.contract); a frozen dataclass sets through object
+        object.__setattr__(self, "raw", read_only(self.raw))
+        if self.packed is not None:
+            object.__setattr__(self, "packed", read_only(self.packed))

@@ -5,6 +5,7 @@ import numba
 import numpy as np
 
 from pantheon.engine.kernels import q8dot, q8k
+from pantheon.engine.kernels.contract import read_only
 from pantheon.engine.kernels.registry import kernels_for
 from pantheon.engine.sizes import TILE_BYTES
 
@@ -76,5 +77,6 @@ def dequantize_rows(w, ids):
     """float32 [len(ids), w.cols]: rows `ids` of `w` dequantized (embedding lookup)."""
     k = kernels_for(w.qtype)
     out = np.empty((len(ids), w.cols), dtype=np.float32)  # [n, cols]
-    k.dequant(np.ascontiguousarray(w.raw[np.asarray(ids)]), out)
+    rows = np.ascontiguousarray(w.raw[np.asarray(ids)])  # [n, row_bytes], a writable copy
+    k.dequant(read_only(rows), out)  # the signature the prefill tiles' dequant compiled (kernels.contract)
     return out

@@ -25,6 +25,8 @@ become 16), so no kernel decodes them.
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
+from pantheon.engine.kernels.contract import read_only
+
 # Rows per task: two 16-lane groups.
 ROWS = 32
 # qtype -> (values per block, file bytes per block of one row, repacked bytes per block of one row)
@@ -67,7 +69,8 @@ def _k4_scales(q):
 
 
 def pack(qtype, raw):
-    """raw uint8 [rows, row_bytes] in the file's layout -> uint8 [tasks, 32 · repacked row bytes]."""
+    """raw uint8 [rows, row_bytes] in the file's layout -> uint8 [tasks, 32 · repacked row bytes], read-only
+    as the sidecar's mapped view is (kernels.contract)."""
     _, block, packed = LAYOUTS[qtype]
     rows, row_bytes = raw.shape
     tasks, nb = -(-rows // ROWS), row_bytes // block
@@ -75,7 +78,7 @@ def pack(qtype, raw):
     padded[:rows] = raw
     blocks = padded.reshape(tasks, ROWS, nb, block)  # [tasks, 32, nb, block]
     parts = [f.transpose(0, 2, 3, 1, 4).reshape(tasks, nb, -1) for f in _fields(qtype, blocks)]  # [tasks, nb, *]
-    return np.concatenate(parts, axis=2).reshape(tasks, nb * ROWS * packed)  # [tasks, task bytes]
+    return read_only(np.concatenate(parts, axis=2).reshape(tasks, nb * ROWS * packed))  # [tasks, task bytes]
 
 
 def unpack(qtype, packed, rows):

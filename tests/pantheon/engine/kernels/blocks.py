@@ -4,6 +4,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 
+from pantheon.engine.kernels.contract import read_only
+
 # Byte offsets of the fp16 d/dmin fields inside one block of each type.
 FP16_FIELDS = {T.Q4_0: (0,), T.Q8_0: (0,), T.Q2_K: (80, 82), T.Q3_K: (108,), T.Q4_K: (0, 2), T.Q5_K: (0, 2),
                T.Q6_K: (208,)}
@@ -11,11 +13,12 @@ K_QUANTS = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K)
 
 
 def random_blocks(qtype, rows, cols, rng):
-    """uint8 [rows, row_bytes]: random bytes, every fp16 scale a finite value in 1e-4..0.2."""
+    """uint8 [rows, row_bytes], read-only as a model's weights are: random bytes, every fp16 scale a finite
+    value in 1e-4..0.2."""
     block_elems, block_bytes = GGML_QUANT_SIZES[qtype]
     nb = cols // block_elems
     raw = rng.integers(0, 256, (rows, nb, block_bytes), dtype=np.uint8)  # [rows, nb, block_bytes]
     for o in FP16_FIELDS[qtype]:
         scale = rng.uniform(0.5, 2.0, (rows, nb)) * 10.0 ** rng.uniform(-4, -1, (rows, nb))  # [rows, nb]
         raw[:, :, o:o + 2] = scale.astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
-    return raw.reshape(rows, nb * block_bytes)  # [rows, row_bytes]
+    return read_only(raw.reshape(rows, nb * block_bytes))  # [rows, row_bytes]

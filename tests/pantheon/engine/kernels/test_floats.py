@@ -5,8 +5,10 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pantheon.engine.kernels import floats
+from pantheon.engine.kernels.contract import read_only
 
-EVERY_PATTERN = np.arange(65536, dtype=np.uint32).astype(np.uint16)  # [65536]: every 16-bit pattern
+# read-only, as a model's weights reach the kernels
+EVERY_PATTERN = read_only(np.arange(65536, dtype=np.uint32).astype(np.uint16))  # [65536]: every 16-bit pattern
 
 
 def assert_same_values(got, want):
@@ -56,8 +58,8 @@ def test_the_lanes_widen_as_the_tail_does(qtype):
 def test_a_vectors_product_is_the_same_bits_in_any_batch(qtype, cols):
     rng = np.random.default_rng(cols)
     w = rng.standard_normal((37, cols), dtype=np.float32)  # [37, cols]
-    raw = (w.astype(np.float16).view(np.uint8) if qtype == T.F16
-           else (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))  # [37, 2 * cols]
+    raw = read_only(w.astype(np.float16).view(np.uint8) if qtype == T.F16
+                    else (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8))  # [37, 2 * cols]
     x = rng.standard_normal((8, cols), dtype=np.float32)  # [8, cols]
     whole = np.empty((8, 37), np.float32)  # [8, 37]
     floats.KERNELS[qtype].gemv(raw, x, whole)

@@ -7,6 +7,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import kquants
+from pantheon.engine.kernels.contract import read_only
 from tests.conftest import shared_path
 from tests.pantheon.engine.kernels.blocks import FP16_FIELDS, K_QUANTS, random_blocks
 
@@ -55,12 +56,12 @@ def test_extreme_fields(qtype):
     k = kquants.KERNELS[qtype]
     rng = np.random.default_rng(7)
     for fill in (0x00, 0xFF):
-        raw = random_blocks(qtype, 5, 512, rng)  # [5, row_bytes]
-        keep = raw.copy()  # [5, row_bytes]
-        raw[:] = fill
+        keep = random_blocks(qtype, 5, 512, rng)  # [5, row_bytes]
+        raw = np.full_like(keep, fill)  # [5, row_bytes]
         for o in FP16_FIELDS[qtype]:
             blocks = raw.reshape(5, 2, -1)  # [5, 2, block_bytes]
             blocks[:, :, o:o + 2] = keep.reshape(5, 2, -1)[:, :, o:o + 2]
+        raw = read_only(raw)  # [5, row_bytes]
         w = dequantize(raw, qtype).reshape(5, 512)  # [5, 512]
         check_dequant(k, raw, w)
         check_gemv(k, raw, w, 2, rng)
@@ -71,13 +72,13 @@ def test_gemv_reads_the_whole_row():
     qtype = T.Q4_K
     k = kquants.KERNELS[qtype]
     rng = np.random.default_rng(3)
-    raw = random_blocks(qtype, 4, 768, rng)  # [4, row_bytes]
+    raw = random_blocks(qtype, 4, 768, rng).copy()  # [4, row_bytes], writable: one byte changes below
     x = rng.standard_normal((1, 768)).astype(np.float32)  # [1, 768]
     before = np.empty((1, 4), np.float32)  # [1, 4]
     after = np.empty((1, 4), np.float32)  # [1, 4]
-    k.gemv(raw, x, before)
+    k.gemv(read_only(raw), x, before)
     raw[2, -1] ^= 0xFF
-    k.gemv(raw, x, after)
+    k.gemv(read_only(raw), x, after)
     assert after[0, 2] != before[0, 2]
     assert np.array_equal(np.delete(after, 2, axis=1), np.delete(before, 2, axis=1))
 

@@ -6,6 +6,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import legacy
+from pantheon.engine.kernels.contract import read_only
 
 TYPES = (T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1)
 ROWS = (1, 7, 33, 100)
@@ -13,7 +14,12 @@ COLS = (32, 96, 4096)
 
 
 def random_raw(qtype, rows, cols, rng):
-    """uint8 [rows, row_bytes]: random quants, every fp16 scale and min a sane finite value."""
+    """uint8 [rows, row_bytes], read-only as a model's weights are: random quants, every fp16 scale and min a
+    sane finite value."""
+    return read_only(_random_raw(qtype, rows, cols, rng))
+
+
+def _random_raw(qtype, rows, cols, rng):
     if qtype in (T.F32, T.F16, T.BF16):
         w = rng.standard_normal((rows, cols), dtype=np.float32)  # [rows, cols]
         if qtype == T.F16:

@@ -62,3 +62,23 @@ def test_unsupported_type_is_refused():
     w = Weight("x", int(T.IQ2_XXS), 1, 256, np.zeros((1, 66), np.uint8))
     with pytest.raises(UnsupportedTensorType):
         matmul.matmul(w, np.zeros((1, 256), np.float32))
+
+
+def test_every_kernel_gets_the_weight_read_only(monkeypatch):
+    """numba compiles once per argument signature, writability included: a Weight made from a writable array
+    and the embedding lookup's row copy reach the kernels read-only, as a mapped file's views do."""
+    real, seen = legacy.KERNELS[T.Q8_0], []
+
+    def recording(kernel):
+        def call(raw, *rest):
+            seen.append(raw.flags.writeable)
+            return kernel(raw, *rest)
+        return call
+
+    monkeypatch.setitem(registry._TABLE, T.Q8_0, legacy.QuantKernels(recording(real.gemv), recording(real.dequant)))
+    raw = np.array(random_raw(T.Q8_0, 40, 64, np.random.default_rng(4)))  # [40, row_bytes], writable
+    w = Weight("token_embd.weight", int(T.Q8_0), 40, 64, raw)
+    matmul.dequantize_rows(w, [3, 1])
+    matmul.matmul(w, np.ones((1, 64), np.float32))
+    assert seen == [False, False]  # the lookup's dequant, then the product's gemv
+    assert raw.flags.writeable  # the caller's array is left as it was
