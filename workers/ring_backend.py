@@ -16,7 +16,7 @@ from pantheon.source import open_files, text_side
 from workers import protocol
 from workers.protocol import Kind
 from workers.ring_stream import RingStream, Shutdown, final_frame
-from workers.slots import with_pooling
+from workers.slots import die_names_of, with_pooling
 from workers.tables import DIE_STATES, DIE_UP, PRESSURE_LEVELS, SLOT_LOADED, SLOT_LOADING, SLOT_STATES, text
 
 PREPARE_INTERVAL_S = 0.2  # how often a front looks for newly loaded slots to open ahead of requests
@@ -173,7 +173,8 @@ class RingBackend:
         for slot, rec in self.tables.live_slots():
             out.append(ModelInfo(text(rec["name"]), SLOT_STATES[rec["state"]], self._live_replicas(rec),
                                  self._context(slot, rec), int(rec["created"]),
-                                 {"path": text(rec["path"]), "reason": text(rec["reason"])}))
+                                 {"path": text(rec["path"]), "reason": text(rec["reason"]),
+                                  "dies": die_names_of(rec, [d.name for d in self.layout.die_list or ()])}))
         return out
 
     def health(self):

@@ -141,7 +141,7 @@ def spec_of(rec, die_names):
     """(ModelSpec, batch_slots, quantize) of a slot table record; `die_names` by die index. A layer
     split's dies are its first group, each GPU's share being what a fit check weighs."""
     split = text(rec["split"])
-    dies = tuple(split.split(",")[0].split("+")) if split else _names(rec, die_names)
+    dies = tuple(split.split(",")[0].split("+")) if split else die_names_of(rec, die_names)
     spec = ModelSpec(text(rec["path"]), text(rec["name"]), dies, int(rec["ctx_cap"]), int(rec["reasoning_budget"]),
                      int(rec["max_sessions"]), int(rec["max_concurrent"]), config=text(rec["config"]),
                      pooling=pooling_of(rec))
@@ -162,13 +162,14 @@ def with_pooling(config, rec):
 
 def describe(i, rec, die_names, in_flight):
     """The /admin/models record of slot `i` (`in_flight`: its requests running or queued)."""
-    return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": _names(rec, die_names),
+    return {"slot": i, "name": text(rec["name"]), "path": text(rec["path"]), "dies": die_names_of(rec, die_names),
             "split": [g.split("+") for g in text(rec["split"]).split(",") if g],
             "state": SLOT_STATES[rec["state"]], "reason": text(rec["reason"]), "in_flight": int(in_flight),
             "ctx": slot_context(text(rec["path"]), text(rec["config"]), int(rec["ctx_cap"]), int(rec["version"]))}
 
 
-def _names(rec, die_names):
+def die_names_of(rec, die_names):
+    """The names, of `die_names`, of the dies slot record `rec` is placed on."""
     return [n for d, n in enumerate(die_names) if int(rec["dies"]) >> d & 1]
 
 

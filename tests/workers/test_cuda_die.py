@@ -43,6 +43,10 @@ def test_completion_on_a_simulated_cuda_die_matches_the_cpu_engine(golden):
         assert "converted to F16" in srv.log() and "layers 0..1 on cuda0" in srv.log()
         vectors = [_embed(srv, model, prompt[:6]) for model in ("g", "c")]  # the GPU engine's hidden path
         np.testing.assert_allclose(vectors[0], vectors[1], atol=5e-3)  # unit vectors; F16 weights on cuda0
+        status, body, _ = srv.request("GET", "/api/ps")
+        running = {m["model"]: m for m in json.loads(body)["models"]}
+        assert status == 200 and running["g:latest"]["size_vram"] == running["g:latest"]["size"] > 0
+        assert running["c:latest"]["size_vram"] == 0
     finally:
         assert srv.stop() == 0
 

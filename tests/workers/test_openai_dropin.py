@@ -185,6 +185,7 @@ def test_the_ollama_client_through_the_rings(server):
     assert set(listed) == {"qwen2:latest", "demo:latest", "rr:latest"}
     qwen = listed["qwen2:latest"].details
     assert (qwen.family, qwen.quantization_level, qwen.format) == ("qwen2", "Q8_0", "gguf")
+    assert {m.model: m.size_vram for m in client.ps().models} == dict.fromkeys(listed, 0)  # CPU dies only
     messages = [{"role": "user", "content": "Say something."}]
     whole = client.chat(model="qwen2", messages=messages, options={"temperature": 0, "num_predict": 8}, stream=False)
     streamed = list(client.chat(model="qwen2:latest", messages=messages, options={"temperature": 0, "num_predict": 8},

@@ -1,6 +1,7 @@
 """Ollama's model and embedding routes: GET /api/version, /api/tags, /api/ps; POST /api/show, /api/embed(dings)."""
 
 import time
+from datetime import datetime, timedelta, timezone
 
 from pantheon import __version__
 from pantheon.serve.http import json_body, ollama_fields, validate
@@ -68,15 +69,30 @@ class Tags:
         resp.media = {"models": [_entry(served) for _, served in _served_models(self.backend)]}
 
 
+# Ollama's keep_alive -1 (loaded until unloaded, as every model here is) makes expires_at now plus Go's longest
+# duration, which `ollama ps` shows as "Forever".
+FOREVER = timedelta(microseconds=(1 << 63) // 1000)
+
+
+def _running(info, served):
+    """One /api/ps entry: size_vram is the share of the model's bytes on CUDA dies (a pool with one GPU and one
+    CPU replica holds half of its copies in VRAM); no die list (the in-process backend) is all host RAM."""
+    entry = _entry(served)
+    dies = info.details.get("dies") or ()
+    on_gpu = sum(1 for d in dies if d.startswith("cuda"))
+    expires = (datetime.now(timezone.utc) + FOREVER).isoformat().replace("+00:00", "Z")
+    return dict(entry, expires_at=expires, size_vram=entry["size"] * on_gpu // len(dies) if dies else 0,
+                context_length=served.n_ctx)
+
+
 class Running:
-    """GET /api/ps: the loaded models with their context; they stay until unloaded (no expiry)."""
+    """GET /api/ps: the loaded models with their context and VRAM share; they stay until unloaded."""
 
     def __init__(self, backend):
         self.backend = backend
 
     def on_get(self, req, resp):
-        resp.media = {"models": [dict(_entry(served), context_length=served.n_ctx)
-                                 for _, served in _served_models(self.backend)]}
+        resp.media = {"models": [_running(info, served) for info, served in _served_models(self.backend)]}
 
 
 class Show:

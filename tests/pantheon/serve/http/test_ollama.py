@@ -1,5 +1,6 @@
 """Ollama's API (/api/...): the official `ollama` client, answers checked against the engine run directly."""
 
+import datetime
 import http.client
 import json
 import os
@@ -49,6 +50,8 @@ def test_tags_ps_and_show_describe_the_file(client, qwen):
     assert entry.details.parameter_size == f"{parameters / 1e6:.2f}M"
     [running] = client.ps().models
     assert running.model == "qwen2:latest" and running.context_length == N_CTX
+    # in host RAM (the in-process backend runs on the CPU), loaded until unloaded: `ollama ps` says "Forever"
+    assert running.size_vram == 0 and running.expires_at.year - datetime.date.today().year > 200
     shown = client.show("qwen2:latest")
     assert shown.modelinfo["general.parameter_count"] == parameters
     assert shown.modelinfo["qwen2.context_length"] == N_CTX and "completion" in shown.capabilities
