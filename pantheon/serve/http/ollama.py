@@ -2,7 +2,7 @@
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from pantheon.serve.http import chat_plan, json_body, ollama_fields, validate
 from pantheon.serve.http import logprobs as shapes_lp
@@ -16,9 +16,9 @@ CONTENT_TYPE = "application/x-ndjson"
 NS = 1_000_000_000  # Ollama reports every duration in nanoseconds
 
 
-def now():
-    """created_at as Ollama writes it: RFC 3339, UTC."""
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+def now(later=timedelta(0)):
+    """created_at (or, `later` on, expires_at) as Ollama writes it: RFC 3339, UTC."""
+    return (datetime.now(timezone.utc) + later).isoformat().replace("+00:00", "Z")
 
 
 def shown_name(served):

@@ -1,7 +1,7 @@
 """Ollama's model and embedding routes: GET /api/version, /api/tags, /api/ps; POST /api/show, /api/embed(dings)."""
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from pantheon import __version__
 from pantheon.serve.http import json_body, ollama_fields, validate
@@ -80,8 +80,7 @@ def _running(info, served):
     entry = _entry(served)
     dies = info.details.get("dies") or ()
     on_gpu = sum(1 for d in dies if d.startswith("cuda"))
-    expires = (datetime.now(timezone.utc) + FOREVER).isoformat().replace("+00:00", "Z")
-    return dict(entry, expires_at=expires, size_vram=entry["size"] * on_gpu // len(dies) if dies else 0,
+    return dict(entry, expires_at=now(FOREVER), size_vram=entry["size"] * on_gpu // len(dies) if dies else 0,
                 context_length=served.n_ctx)
 
 
