@@ -7,6 +7,7 @@ import os
 from pantheon.errors import GGUFError
 from pantheon.text.bpe import byte_decode
 from pantheon.text.vocab import VocabDecoding
+from pantheon.text.specials import fim_by_text
 
 MAX_TOKENIZER_BYTES = 256 << 20
 
@@ -89,6 +90,7 @@ class HFTokenizer(VocabDecoding):
         self.eot_id = self.eom_id = self.unk_id = self.pad_id = self.sep_id = None
         self.add_sep = False  # a reranker's query/document separator: llama.cpp adds one for BERT vocabularies only
         self.stop_ids = frozenset(i for i in (eos, *stop_ids) if i is not None)
+        self.fim_ids = fim_by_text(self.token_to_id)
         probe = self._tok.encode("a", add_special_tokens=True).ids  # what the post-processor adds
         self.add_bos = bos is not None and bool(probe) and probe[0] == bos
         self.add_eos = eos is not None and len(probe) > 1 and probe[-1] == eos

@@ -19,10 +19,18 @@ EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftex
              "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>")
 EOM_TEXTS = ("<|eom_id|>",)
 FIM_TEXTS = {
+    "fim_pre": ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+                "<|code_prefix|>", "<|prefix|>"),
+    "fim_suf": ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+                "<|code_suffix|>", "<|suffix|>"),
+    "fim_mid": ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+                "<|code_middle|>", "<|middle|>"),
     "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
     "fim_sep": ("<|file_sep|>",),
 }
+# The roles a fill-in-the-middle prompt is built from: prefix, suffix and middle marks, and the file separator.
+FIM_ROLES = ("fim_pre", "fim_suf", "fim_mid", "fim_sep")
 EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
@@ -34,6 +42,8 @@ _C_SPACE = " \t\n\v\f\r"
 _ID_KEYS = {"bos": "tokenizer.ggml.bos_token_id", "eos": "tokenizer.ggml.eos_token_id",
             "eot": "tokenizer.ggml.eot_token_id", "eom": "tokenizer.ggml.eom_token_id",
             "unk": "tokenizer.ggml.unknown_token_id", "pad": "tokenizer.ggml.padding_token_id",
+            "fim_pre": "tokenizer.ggml.fim_pre_token_id", "fim_suf": "tokenizer.ggml.fim_suf_token_id",
+            "fim_mid": "tokenizer.ggml.fim_mid_token_id",
             "fim_pad": "tokenizer.ggml.fim_pad_token_id", "fim_rep": "tokenizer.ggml.fim_rep_token_id",
             "fim_sep": "tokenizer.ggml.fim_sep_token_id", "sep": "tokenizer.ggml.seperator_token_id"}
 
@@ -65,6 +75,11 @@ def special_ids(meta, defaults, n_vocab):
 
 def _first_present(token_to_id, texts):
     return next((token_to_id[t] for t in texts if t in token_to_id), None)
+
+
+def fim_by_text(token_to_id):
+    """{fim_pre, fim_suf, fim_mid, fim_sep: id or None} from token texts alone (a vocabulary without GGUF keys)."""
+    return {role: _first_present(token_to_id, FIM_TEXTS[role]) for role in FIM_ROLES}
 
 
 def detect_by_text(ids, token_to_id, attrs):

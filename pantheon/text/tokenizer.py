@@ -177,6 +177,7 @@ class Tokenizer(VocabDecoding):
         self.bos_id, self.eos_id, self.eot_id = ids["bos"], ids["eos"], ids["eot"]
         self.eom_id, self.unk_id, self.pad_id = ids["eom"], ids["unk"], ids["pad"]
         self.sep_id = ids["sep"]
+        self.fim_ids = {role: ids[role] for role in sp.FIM_ROLES}  # GGUF keys first, else llama.cpp's texts
         if self.vocab_type in ("RWKV", "PLAMO2", "TEST"):
             self.add_bos = self.add_eos = False  # llama.cpp adds neither to these, whatever the metadata
         if self.vocab_type == "WPM":

@@ -13,10 +13,8 @@ from pantheon.serve.http.generation import Generation
 from pantheon.serve.http.logprobs import TokenText, native_probabilities
 from pantheon.engine.sampler import SamplingParams
 
-FIM = {"prefix": ("<|fim_prefix|>", "<fim_prefix>", "<PRE>", "<|fim_begin|>", "<｜fim▁begin｜>"),
-       "suffix": ("<|fim_suffix|>", "<fim_suffix>", "<SUF>", "<|fim_hole|>", "<｜fim▁hole｜>"),
-       "middle": ("<|fim_middle|>", "<fim_middle>", "<MID>", "<|fim_end|>", "<｜fim▁end｜>")}
-FILE_SEP = ("<|file_sep|>", "<file_sep>")
+# The marks a fill-in-the-middle prompt needs (the tokenizer finds them as llama.cpp does: GGUF keys, then texts).
+FIM_MARKS = ("fim_pre", "fim_suf", "fim_mid")
 
 
 def native_seed(name, v):
@@ -150,19 +148,24 @@ class Infill(NativeCompletion):
 
 def fim_prompt(tok, bos, prefix, suffix, extra=(), prompt=""):
     """[BOS] (extra files) PRE prefix SUF suffix MID prompt, in llama.cpp's prefix-suffix-middle order."""
-    marks = {k: next((tok.token_to_id[t] for t in names if t in tok.token_to_id), None) for k, names in FIM.items()}
-    if None in marks.values():
+    marks = tok.fim_ids
+    if not has_fim(tok):
         raise RequestError("this model's vocabulary has no fill-in-the-middle tokens; /infill needs a code model "
                            "with FIM tokens", code="not_supported", param="input_prefix")
     if isinstance(prompt, list):
         raise bad("prompt", "/infill takes prompt as text", "invalid_type")
-    sep = next((tok.token_to_id[t] for t in FILE_SEP if t in tok.token_to_id), None)
+    sep = marks["fim_sep"]
     head = list(bos)
     for chunk in extra:
         text = f"{chunk.get('filename', '')}\n{chunk.get('text', '')}"
         head += ([sep] if sep is not None else []) + _plain(tok, text)
-    return (head + [marks["prefix"]] + _plain(tok, prefix) + [marks["suffix"]] + _plain(tok, suffix)
-            + [marks["middle"]] + _plain(tok, prompt))
+    return (head + [marks["fim_pre"]] + _plain(tok, prefix) + [marks["fim_suf"]] + _plain(tok, suffix)
+            + [marks["fim_mid"]] + _plain(tok, prompt))
+
+
+def has_fim(tok):
+    """Whether the vocabulary has the three marks of a fill-in-the-middle prompt."""
+    return all(tok.fim_ids[role] is not None for role in FIM_MARKS)
 
 
 def _plain(tok, text):

@@ -8,7 +8,7 @@ from pantheon.serve.http import json_body, ollama_fields, validate
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.embeddings import EUCLIDEAN, embed_all, normalized, pooling, token_lists
 from pantheon.serve.http.field_types import bad
-from pantheon.serve.http.native import FIM
+from pantheon.serve.http.native import has_fim
 from pantheon.serve.http.ollama import NS, now, resolve_tagged, shown_name
 
 
@@ -48,8 +48,7 @@ def capabilities(served):
     out = ["completion"]
     if served.prompts.tool_format is not None:
         out.append("tools")
-    vocab = served.tokenizer.token_to_id
-    if all(any(t in vocab for t in names) for names in FIM.values()):
+    if has_fim(served.tokenizer):
         out.append("insert")
     return out + (["thinking"] if served.think_ids else [])
 

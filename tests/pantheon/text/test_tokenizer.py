@@ -144,3 +144,16 @@ def test_encoding_a_2000_token_prompt_is_fast(name):
     per_2000 = (time.perf_counter() - t0) * 2000 / n
     # Budget 100 ms; the bound is loose because CI machines here are shared.
     assert n > 1000 and per_2000 < 0.2, (n, per_2000)
+
+
+def test_fim_marks_come_from_gguf_keys_else_from_llama_cpps_texts():
+    """Texts llama.cpp knows (Qwen's, CodeLlama's) are found and made control tokens, as its loader makes
+    them; a fim_*_token_id key wins over a text."""
+    tokens = ["a", "b", "<|fim_prefix|>", "▁<SUF>", "<fim-middle>", "<|file_sep|>", "ab"]
+    meta = _meta(**{"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": np.ones(len(tokens), np.int32)})
+    tok = Tokenizer.from_metadata(meta)
+    assert tok.fim_ids == {"fim_pre": 2, "fim_suf": 3, "fim_mid": 4, "fim_sep": 5}
+    assert all(tok.is_special(i) for i in (2, 3, 4, 5)) and not tok.is_special(6)
+    assert tok.encode("a<|fim_prefix|>b", add_special=False, parse_special=True) == [0, 2, 1]
+    keyed = Tokenizer.from_metadata(dict(meta, **{"tokenizer.ggml.fim_pre_token_id": 6}))
+    assert keyed.fim_ids["fim_pre"] == 6 and keyed.fim_ids["fim_suf"] == 3

@@ -4,10 +4,14 @@ import json
 import re
 
 import pytest
+from gguf import GGUFValueType
 
+import pantheon
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.native import fim_prompt, picked
-from tests.pantheon.serve.http.server import call
+from tests.conftest import shared_path
+from tests.ggufcraft import rewrite
+from tests.pantheon.serve.http.server import Served, call, greedy_ids
 
 NO_EOS = [[2, False]]
 
@@ -129,7 +133,7 @@ def test_infill_needs_fim_tokens(qwen):
 
 
 class _FimTok:
-    token_to_id = {"<|fim_prefix|>": 100, "<|fim_suffix|>": 101, "<|fim_middle|>": 102, "<|file_sep|>": 103}
+    fim_ids = {"fim_pre": 100, "fim_suf": 101, "fim_mid": 102, "fim_sep": 103}
 
     @staticmethod
     def encode(text, add_special=False, parse_special=False):
@@ -140,7 +144,32 @@ def test_fim_prompt_is_prefix_suffix_middle_with_extra_files():
     ids = fim_prompt(_FimTok, [1], "ab", "c", [{"filename": "x", "text": "y"}], "d")
     assert ids == [1, 103, ord("x"), 10, ord("y"), 100, ord("a"), ord("b"), 101, ord("c"), 102, ord("d")]
     with pytest.raises(RequestError):
-        fim_prompt(type("NoFim", (), {"token_to_id": {}}), [], "a", "b")
+        fim_prompt(type("NoFim", (), {"fim_ids": dict.fromkeys(_FimTok.fim_ids)}), [], "a", "b")
+
+
+def test_infill_on_a_model_whose_gguf_names_its_fim_tokens(tmp_path):
+    """/infill end to end on the golden qwen2 model with FIM ids given by llama.cpp's GGUF keys (its vocabulary
+    has no FIM texts): the answer is the engine's greedy continuation of [BOS] PRE prefix SUF suffix MID, the
+    prompt built here by hand; /api/show lists the insert capability."""
+    pre, suf, mid = 4093, 4094, 4095
+    path = tmp_path / "coder.gguf"
+    rewrite(shared_path("golden", "qwen2-q8_0.gguf"), path, set_keys={
+        f"tokenizer.ggml.fim_{role}_token_id": (tid, GGUFValueType.UINT32)
+        for role, tid in (("pre", pre), ("suf", suf), ("mid", mid))})
+    srv = Served({"coder": pantheon.open_model(str(path), threads=1)})
+    try:
+        prefix, suffix = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
+        body = {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 6, "temperature": 0, "return_tokens": True}
+        status, _, out = call(srv.port, "POST", "/infill", body)
+        assert status == 200, out
+        ref = pantheon.open_model(str(path), threads=1)
+        tok = ref.tokenizer
+        ids = (tok.encode("", add_special=True) + [pre] + tok.encode(prefix, add_special=False) + [suf]
+               + tok.encode(suffix, add_special=False) + [mid])
+        assert out["tokens_evaluated"] == len(ids) and out["tokens"] == greedy_ids(ref, ids, 6, 256)
+        assert "insert" in call(srv.port, "POST", "/api/show", {"model": "coder"})[2]["capabilities"]
+    finally:
+        srv.close()
 
 
 def test_n_cmpl_gives_completions_per_prompt_in_prompt_order(qwen):
