@@ -13,7 +13,7 @@ from pantheon.engine.classifier import load_classifier
 from pantheon.engine.pooling import Pool
 from pantheon.engine.prefix import PrefixStore
 from pantheon.engine.sampler import Sampler, SamplingParams
-from pantheon.engine.sizes import PREFILL_CHUNK
+from pantheon.engine.sizes import PREFILL_CHUNK, SCORED_LOGITS_BYTES
 from pantheon.gguf.config import EMBED_KINDS
 
 _SEED_MOD = 2**64
@@ -183,6 +183,7 @@ class Engine:
         self._aborted = set()  # (request id, choice), choice None for every choice of the request
         # a reranker's head, read with the model (a bad or missing one fails its load): what rank requests run
         self.classifier = _classifier(model) if model.config.pooling == "rank" else None
+        self.scored_rows = max(1, SCORED_LOGITS_BYTES // (4 * model.config.n_vocab))  # a scoring chunk's cap
 
     def add(self, req):
         """Queue `req`; EngineError (nothing queued) when it cannot fit or repeats a live id."""
@@ -307,7 +308,8 @@ class Engine:
         budget = self.config.prefill_chunk
         plan = []
         for seq in self.running.values():
-            toks, last = seq.next_input(max(budget, 1))
+            cap = self.scored_rows if seq.req.prompt_logprobs is not None else budget
+            toks, last = seq.next_input(max(min(budget, cap), 1))
             budget -= len(toks) if len(toks) > 1 else 0
             plan.append((seq, toks, last))
         logits = self._forward(plan)

@@ -8,5 +8,8 @@ supervisor may import it."""
 TILE_BYTES = 64 << 20
 KV_ELEMENT_BYTES = 2       # the KV cache is float16 (pantheon.engine.kvcache)
 PREFILL_CHUNK = 256        # prompt tokens computed per engine step (EngineConfig.prefill_chunk)
+# A step that scores a prompt (prompt logprobs) keeps float32 logits for every row of its chunk: its chunk
+# is cut to hold at most this many bytes of them (a 152k vocabulary: 55 rows, not 155 MB for 256).
+SCORED_LOGITS_BYTES = 32 << 20
 # Where repacked weights (pantheon.engine.repacked) are kept unless told otherwise.
 REPACK_DIR = "~/.cache/pantheon/repacked"

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import pantheon
+from pantheon.engine import scheduler
 from pantheon.engine.infill import infill
 from pantheon.engine.scheduler import (DoneEvent, EmbeddingEvent, Engine, EngineConfig, PromptLogprobsEvent, Request,
                                        TokenEvent)
@@ -356,3 +357,28 @@ def test_prompt_logprobs_are_llama_cpps_scored_in_chunks_and_come_before_the_fir
     lcpp = log_softmax(ref["logits"][:15])  # random weights: logprobs near -100, llama.cpp's within 2 %
     np.testing.assert_allclose(got, lcpp[np.arange(15), list(prompt[1:])], rtol=0.03)
     assert all(len(s.top) == 3 and s.top[0][0] == int(np.argmax(w)) for s, w in zip(scores, ours))
+
+
+def test_a_prompt_scoring_step_holds_at_most_scored_logits_bytes_of_logits(golden, monkeypatch):
+    """Every row of a scored chunk keeps n_vocab float32 logits, so its chunk is cut to SCORED_LOGITS_BYTES
+    (here 3 rows' worth) whatever prefill_chunk allows; the scores equal those of one uncut pass."""
+    model, ref = golden
+    prompt = tuple(ref["tokens"][:16].tolist())
+    monkeypatch.setattr(scheduler, "SCORED_LOGITS_BYTES", 3 * 4 * model.config.n_vocab)
+    rows = []
+    forward = model.forward
+
+    def counting(segments, **kw):
+        out = forward(segments, **kw)
+        rows.extend(len(o) for i, o in enumerate(out) if i in kw.get("every", ()))
+        return out
+
+    monkeypatch.setattr(model, "forward", counting)
+    engine = Engine(model, EngineConfig(n_ctx=64, prefill_chunk=64))
+    engine.add(Request(1, prompt, max_tokens=1, params=GREEDY, prompt_logprobs=0))
+    scores = [s.logprob for e in run(engine) if isinstance(e, PromptLogprobsEvent) for s in e.scores]
+    assert rows == [3, 3, 3, 3, 3, 1]  # 16 prompt rows in chunks of 3; the last row scores nothing
+    lp = model.logits(list(prompt))[:15].astype(np.float64)  # [15, n_vocab]: one pass, no chunks
+    lp -= lp.max(1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+    np.testing.assert_allclose(scores, lp[np.arange(15), list(prompt[1:])], rtol=1e-4, atol=1e-3)
