@@ -5,6 +5,8 @@ import dataclasses
 import queue
 import time
 
+import numpy as np
+
 from ipc.errors import FrameError
 from pantheon.serve.http.backend import (Embedding, Finished, GenerationFailed, JobTooLarge, Overloaded,
                                          PromptLogprobs, Tokens, Unavailable)
@@ -227,7 +229,7 @@ class RingStream:
         self.vector.extend(values)
         if len(self.vector) >= total:
             self.embedded = True
-            yield Embedding(tuple(self.vector))
+            yield Embedding(np.frombuffer(self.vector, np.float32).copy())  # [total]
 
     def _done(self, msg, attempt):
         done, final = protocol.decode_done(bytes(msg.payload))

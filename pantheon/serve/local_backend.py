@@ -7,6 +7,8 @@ import threading
 import time
 from collections import deque
 
+import numpy as np
+
 from pantheon.engine.scheduler import DoneEvent, EmbeddingEvent, Engine, EngineConfig, PromptLogprobsEvent, Request
 from pantheon.errors import EngineError
 from pantheon.serve import core
@@ -205,7 +207,7 @@ class _Runner:
             if stream is None:
                 continue
             if isinstance(ev, EmbeddingEvent):
-                stream.events.put(Embedding(tuple(ev.vector.ravel().tolist())))  # [dim], or every row's
+                stream.events.put(Embedding(np.array(ev.vector, np.float32).ravel()))  # [dim], or every row's
                 continue
             if isinstance(ev, PromptLogprobsEvent):
                 stream.events.put(PromptLogprobs(ev.start, ev.scores))

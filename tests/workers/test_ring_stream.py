@@ -3,6 +3,7 @@
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from pantheon.engine.sampler import SamplingParams
@@ -160,6 +161,14 @@ def embedding(stream, rid, values, piece=protocol.EMBEDDING_PIECE):
         stream.events.put(Msg(Kind.EMBEDDING, rid, seq, body))
 
 
+def assert_vector_then(events, values, finished):
+    """`events` are one Embedding of float32 `values`, then `finished`."""
+    got = list(events)
+    assert [type(e) for e in got] == [Embedding, Finished] and got[1] == finished
+    assert got[0].vector.dtype == np.float32
+    np.testing.assert_array_equal(got[0].vector, np.array(values, np.float32))
+
+
 def test_an_embedding_whose_worker_died_is_asked_again_and_arrives_once():
     """max_tokens 0 must not read as "everything was delivered": the vector had not come yet."""
     backend, stream, rid, events = embedding_job()
@@ -167,7 +176,7 @@ def test_an_embedding_whose_worker_died_is_asked_again_and_arrives_once():
     embedding(stream, rid + 1, [0.5, -2.0])
     embedding(stream, rid + 1, [9.0, 9.0])  # never twice
     done(stream, rid + 1, n=0, reason="stop")
-    assert list(events) == [Embedding((0.5, -2.0)), Finished("stop", 3, 0, 0, 0)]
+    assert_vector_then(events, [0.5, -2.0], Finished("stop", 3, 0, 0, 0))
     [(again, job)] = backend.submits()[1:]
     assert again == rid + 1 and job.embed == "last" and job.prompt == PROMPT and job.max_tokens == 0
 
@@ -176,7 +185,7 @@ def test_a_death_after_the_embedding_arrived_loses_nothing():
     backend, stream, rid, events = embedding_job()
     embedding(stream, rid, [1.0])
     died(stream, rid)
-    assert list(events) == [Embedding((1.0,)), Finished("length", 3, 0, 0, 0)]
+    assert_vector_then(events, [1.0], Finished("length", 3, 0, 0, 0))
     assert len(backend.submits()) == 1
 
 
@@ -190,7 +199,7 @@ def test_an_embedding_in_pieces_arrives_whole_and_once_across_a_death():
     died(stream, rid)
     embedding(stream, rid + 1, values, 4)
     done(stream, rid + 1, n=0, reason="stop")
-    assert list(events) == [Embedding(tuple(values)), Finished("stop", 3, 0, 0, 0)]
+    assert_vector_then(events, values, Finished("stop", 3, 0, 0, 0))
     assert len(backend.submits()) == 2
 
 

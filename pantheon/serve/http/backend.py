@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Protocol, Union
 
+import numpy as np
+
 from pantheon.errors import PantheonError
 from pantheon.engine.sampler import SamplingParams
 
@@ -124,11 +126,13 @@ class PromptLogprobs:
     scores: tuple
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Embedding:
-    """An embedding request's pooled vector (float32 values, not normalized); its Finished follows."""
+    """An embedding request's pooled vector, or every token's one after another (pooling none): float32
+    [dim] or [n · dim], not normalized; its Finished follows. A numpy array, not Python floats: a long
+    input's per-token vectors are held until the response is written (8 bytes a value less)."""
 
-    vector: tuple
+    vector: np.ndarray
 
 
 @dataclass(frozen=True)
