@@ -175,11 +175,11 @@ def text(name, v):
 
 
 def reasoning(name, v):
-    """Checked and not acted on: whether a model thinks is its template's (chat_template_kwargs on the chat route)."""
+    """effort becomes the chat route's reasoning_effort (a template variable); the summaries are checked and not
+    acted on (a model's reasoning comes back whole)."""
     known_object(name, v, {"effort", "summary", "generate_summary"})
-    if v.get("effort") not in (None, "none", "minimal", "low", "medium", "high", "xhigh"):
-        raise bad(f"{name}.effort", f"expected none, minimal, low, medium, high or xhigh, got {show(v['effort'])}",
-                  "invalid_value")
+    if v.get("effort") is not None:
+        validate.reasoning_effort(f"{name}.effort", v["effort"])
     for key in ("summary", "generate_summary"):
         if v.get(key) not in (None, "auto", "concise", "detailed"):
             raise bad(f"{name}.{key}", f"expected auto, concise or detailed, got {show(v[key])}", "invalid_value")
@@ -237,6 +237,8 @@ def chat_body(values):
             **{k: values[k] for k in ("temperature", "top_p", "parallel_tool_calls") if k in values}}
     if "max_output_tokens" in values:
         body["max_tokens"] = values["max_output_tokens"]
+    if values.get("reasoning", {}).get("effort") is not None:
+        body["reasoning_effort"] = values["reasoning"]["effort"]
     if "user" in values:  # a session (its KV kept); prompt_cache_key is not one: unrelated requests share it
         body["user"] = values["user"]
     if values.get("tools"):

@@ -116,6 +116,17 @@ def template_kwargs(name, v):
     return v
 
 
+# OpenAI's reasoning efforts. Chat templates that read a `reasoning_effort` variable (gpt-oss, DeepSeek V4,
+# Solar Open) get the request's; the others render as without it.
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def reasoning_effort(name, v):
+    if v not in EFFORTS:
+        raise bad(name, f"expected {', '.join(EFFORTS[:-1])} or {EFFORTS[-1]}, got {show(v)}", "invalid_value")
+    return v
+
+
 def ignored(check):
     """A field accepted for compatibility and then dropped: it does not change what is generated."""
 
@@ -250,7 +261,7 @@ IGNORED = object()  # what an accepted-and-ignored field checks to; dropped from
 # OpenAI fields that change nothing we generate: accepted, shape-checked, ignored (docs/http-api.md).
 LENIENT = {"store": ignored(boolean), "metadata": ignored(string_map), "service_tier": ignored(string),
            "prompt_cache_key": ignored(string), "safety_identifier": ignored(string)}
-CHAT_LENIENT = dict(LENIENT, reasoning_effort=ignored(string), verbosity=ignored(string),
+CHAT_LENIENT = dict(LENIENT, verbosity=ignored(string),
                     modalities=ignored(modalities), prediction=ignored(prediction),
                     parallel_tool_calls=boolean, functions=functions, function_call=function_call)
 
@@ -262,7 +273,8 @@ COMMON = {
 }
 CHAT = dict(COMMON, **CHAT_LENIENT, **llama_fields.EXTRAS, messages=messages, max_completion_tokens=positive,
             tools=tools, tool_choice=tool_choice, response_format=response_format, reasoning_format=reasoning_format,
-            chat_template_kwargs=template_kwargs, logprobs=boolean, top_logprobs=top_logprobs)
+            chat_template_kwargs=template_kwargs, reasoning_effort=reasoning_effort, logprobs=boolean,
+            top_logprobs=top_logprobs)
 COMPLETIONS = dict(COMMON, **LENIENT, **llama_fields.EXTRAS, prompt=prompt, logprobs=top_logprobs, echo=boolean,
                    best_of=best_of, suffix=llama_fields.null_only)
 TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
@@ -343,6 +355,12 @@ def check_restated(body, names):
                            status=exc.status) from None
 
 
+def _template_variables(values):
+    """chat_template_kwargs, with reasoning_effort as a template variable unless the kwargs set it."""
+    effort = {"reasoning_effort": values["reasoning_effort"]} if "reasoning_effort" in values else {}
+    return {**effort, **values.get("chat_template_kwargs", {})}
+
+
 def _parsed(values):
     limit = llama_fields.generation_limit(values, "max_completion_tokens", "max_tokens")
     options = values.get("stream_options", {})
@@ -355,7 +373,7 @@ def _parsed(values):
                   tool_choice=values.get("tool_choice", values.get("function_call", "auto")),
                   parallel_tool_calls=values.get("parallel_tool_calls", True),
                   reasoning_format=values.get("reasoning_format"),
-                  template_kwargs=values.get("chat_template_kwargs", {}),
+                  template_kwargs=_template_variables(values),
                   response_format=values.get("response_format"), echo=values.get("echo", False),
                   n=llama_fields.choice_count(values), ignore_eos=values.get("ignore_eos", False),
                   timings_per_token=values.get("timings_per_token", False),

@@ -7,10 +7,11 @@ import pytest
 
 from pantheon.serve.http import validate
 from pantheon.serve.http.errors import RequestError
+from tests.conftest import shared_path
 from tests.pantheon.serve.http.server import Served, call, open_models
 
 USER = [{"role": "user", "content": "Hi"}]
-IGNORED = {"store": False, "metadata": {"k": "v"}, "service_tier": "auto", "reasoning_effort": "low",
+IGNORED = {"store": False, "metadata": {"k": "v"}, "service_tier": "auto",
            "modalities": ["text"], "prompt_cache_key": "abc", "safety_identifier": "u-1", "verbosity": "low",
            "user": "u", "prediction": {"type": "content", "content": "Hello"}, "parallel_tool_calls": False}
 
@@ -33,6 +34,31 @@ def test_fields_that_would_change_the_output_or_are_malformed_are_400(name, valu
     with pytest.raises(RequestError) as err:
         chat({name: value})
     assert err.value.param.split(".")[0] == name and err.value.status == 400
+
+
+def test_reasoning_effort_is_a_template_variable_unless_the_kwargs_set_it():
+    assert chat({"reasoning_effort": "high"}).template_kwargs == {"reasoning_effort": "high"}
+    both = chat({"reasoning_effort": "high", "chat_template_kwargs": {"reasoning_effort": "low", "x": 1}})
+    assert both.template_kwargs == {"reasoning_effort": "low", "x": 1} and chat({}).template_kwargs == {}
+    with pytest.raises(RequestError) as err:
+        chat({"reasoning_effort": "huge"})
+    assert err.value.param == "reasoning_effort" and err.value.status == 400
+
+
+def test_gpt_oss_template_reads_the_requests_reasoning_effort():
+    """gpt-oss's real template writes 'Reasoning: <effort>' (medium when none is given) into its system turn."""
+    template = shared_path("templates", "openai-gpt-oss-120b.jinja").read_text()
+    srv = Served(open_models(("qwen2",)), chat_templates={"qwen2": template})
+    try:
+        efforts = []
+        for extra in ({}, {"reasoning_effort": "high"}, {"reasoning_effort": "high",
+                                                          "chat_template_kwargs": {"reasoning_effort": "low"}}):
+            status, _, out = call(srv.port, "POST", "/apply-template", dict({"messages": USER}, **extra))
+            assert status == 200, out
+            efforts += [line for line in out["prompt"].splitlines() if line.startswith("Reasoning: ")]
+        assert efforts == ["Reasoning: medium", "Reasoning: high", "Reasoning: low"]
+    finally:
+        srv.close()
 
 
 def test_legacy_functions_become_tools():

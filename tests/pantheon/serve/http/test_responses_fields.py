@@ -41,7 +41,7 @@ def test_the_chat_body_restates_each_field():
     values = {"model": "m", "instructions": "Be brief.", "input": [{"role": "user", "content": "Hi"}],
               "max_output_tokens": 9, "temperature": 0.5, "user": "conv-1", "prompt_cache_key": "shared",
               "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}],
-              "tool_choice": {"type": "function", "name": "f"}, "top_logprobs": 3,
+              "tool_choice": {"type": "function", "name": "f"}, "top_logprobs": 3, "reasoning": {"effort": "low"},
               "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}}}}
     body = chat_body(values)
     assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
@@ -53,5 +53,6 @@ def test_the_chat_body_restates_each_field():
     assert (body["logprobs"], body["top_logprobs"]) == (True, 3)
     out = parsed(values)
     assert out.max_tokens == 9 and out.user == "conv-1" and out.logprobs == 3
+    assert body["reasoning_effort"] == "low" and out.template_kwargs == {"reasoning_effort": "low"}
     assert "user" not in chat_body({"input": values["input"], "prompt_cache_key": "shared"})
 
