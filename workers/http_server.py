@@ -79,7 +79,7 @@ def create_front_server(app, sock, limits):
     adj = Adjustments(sockets=[sock], threads=limits.threads, connection_limit=limits.connection_limit,
                       channel_timeout=limits.idle_timeout, cleanup_interval=SWEEP_S, asyncore_use_poll=True,
                       max_request_body_size=limits.body_limit, max_request_header_size=HEADER_BYTES,
-                      channel_request_lookahead=5, ident="pantheon", send_bytes=1,
+                      channel_request_lookahead=5, ident="pantheon",
                       clear_untrusted_proxy_headers=True)
     dispatcher = ThreadedTaskDispatcher()
     dispatcher.set_thread_count(adj.threads)

@@ -7,6 +7,7 @@ import pytest
 
 from pantheon.serve.settings import STREAM_END_HEADER
 from pantheon.serve.settings import HttpLimits
+from tests.pantheon.serve.http.server import stop
 from workers.http_server import create_front_server
 
 
@@ -25,7 +26,7 @@ def front():
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     yield sock.getsockname()[1]
-    server.close()
+    stop(server, thread)
 
 
 def _exchange(port, path, extra=""):

@@ -65,8 +65,16 @@ def write(tmp_path, data, name="m.gguf"):
     return p
 
 
-def open_fds():
-    return sorted(os.listdir("/proc/self/fd"))
+def fds_on(path):
+    """This process's descriptors open on `path`: a count other threads' sockets and pipes cannot disturb."""
+    target, fds = os.path.realpath(path), []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == target:
+                fds.append(fd)
+        except FileNotFoundError:  # closed since the listing (listdir's own descriptor, or another thread's)
+            continue
+    return fds
 
 
 def mapped(path):
@@ -76,14 +84,13 @@ def mapped(path):
 
 def refused(path, cls, *needles):
     """`open_gguf(path)` raises `cls` naming the file and each needle, leaving no fd or map."""
-    before = open_fds()
     with pytest.raises(cls) as info:
         open_gguf(path)
     message = str(info.value)
     assert str(path) in message, message
     for needle in needles:
         assert str(needle) in message, (needle, message)
-    assert open_fds() == before
+    assert not fds_on(path)
     assert not mapped(path)
     return message
 
@@ -331,19 +338,17 @@ def test_raw_views_are_zero_copy(tmp_path):
 
 def test_map_closes_when_tensors_are_dropped(tmp_path):
     p = write(tmp_path, valid_bytes())
-    before = open_fds()
     g = open_gguf(p)
-    assert mapped(p)
+    assert mapped(p) and fds_on(p)
     del g
     gc.collect()
-    assert not mapped(p) and open_fds() == before
+    assert not mapped(p) and not fds_on(p)
 
 
 def test_vocab_only_file_opens_and_holds_no_map(tmp_path):
     p = shared_path("vocab", "ggml-vocab-llama-spm.gguf")
-    before = open_fds()
     g = open_gguf(p)
-    assert g.tensors == {} and open_fds() == before and not mapped(p)
+    assert g.tensors == {} and not fds_on(p) and not mapped(p)
     reader = GGUFReader(p)
     assert_metadata_matches(g, reader)
 

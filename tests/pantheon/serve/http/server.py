@@ -5,6 +5,7 @@ import json
 import threading
 
 import waitress
+from waitress import wasyncore
 
 import pantheon
 from pantheon.engine.sampler import SamplingParams
@@ -54,9 +55,21 @@ class Served:
         self.thread.start()
 
     def close(self):
-        self.server.task_dispatcher.shutdown(timeout=5)
-        self.server.close()
+        stop(self.server, self.thread)
         self.backend.close()
+
+
+def stop(server, thread):
+    """Stop a waitress server run in `thread`: its sockets and trigger pipe close in the loop thread itself.
+
+    Closing them from the test's thread while the loop sits in select() fails that select with EBADF, kills the
+    loop with the accepted channels still open, and leaves their descriptors to be closed by whichever later
+    test's garbage collection finds them (or the loop selects on a number a later test has reused).
+    """
+    server.task_dispatcher.shutdown(timeout=5)
+    server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "the waitress loop did not stop"
 
 
 def call(port, method, path, body=None, headers=None, raw=None):
