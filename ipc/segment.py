@@ -90,7 +90,7 @@ def reap_orphans():
     removed = []
     for name in owned_entries():
         pid = int(_OWNED.match(name).group(1))
-        if _alive(pid):
+        if pid_alive(pid):
             continue
         try:
             os.unlink(os.path.join(SHM_DIR, name))
@@ -100,7 +100,8 @@ def reap_orphans():
     return removed
 
 
-def _alive(pid):
+def pid_alive(pid):
+    """Whether process `pid` exists (one of another user counts as alive: not ours to judge)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

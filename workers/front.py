@@ -9,6 +9,7 @@ import time
 from pantheon.serve.http.admin import admin_enabled
 from pantheon.serve.http.app import create_app
 from pantheon.serve.metrics import Recorder
+from pantheon.serve.response_store import ResponseStore
 from workers.fleet_report import start_registrar
 from workers.http_server import create_front_server
 from workers.ring_admin import RingAdmin
@@ -18,14 +19,15 @@ DRAIN_S = 10.0  # under the supervisor's GRACE_S, which then kills what is left
 FLUSH_S = 1.0  # for the error events of streams that outlived the drain to reach their sockets
 
 
-def front_main(layout, f, sock, config):
+def front_main(layout, f, sock, config, store_path=None):
+    store = ResponseStore(store_path, config.responses_store_mb << 20) if store_path else None
     backend = RingBackend(layout, f, {m.name: m.chat_template for m in config.models if m.chat_template})
     backend.start()
     recorder = Recorder(layout.metrics, layout.metrics_rows, row=f)
     app = create_app(backend, api_keys=config.api_keys, metrics=recorder, admin=RingAdmin(backend),
                      admin_token=config.admin_token, admin_on=admin_enabled(config.host, config.admin_token),
                      cors_origins=config.cors_origins, reasoning_format=config.reasoning_format,
-                     body_limit=config.http.body_limit)
+                     body_limit=config.http.body_limit, response_store=store)
     server = create_front_server(app, sock, config.http)
     registrar = start_registrar(config, sock, backend, _log) if f == 0 else None
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=_drain, args=(backend, registrar, server),

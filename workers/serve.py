@@ -32,5 +32,8 @@ def run(config):
     dies = discover_dies(config.cpu_dies)
     resolve_placement(config, dies)
     sup = Supervisor(config, dies)
-    sup.start()
-    return sup.run()
+    try:
+        sup.start()
+        return sup.run()
+    finally:
+        sup.close()

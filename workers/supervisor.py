@@ -12,7 +12,7 @@ import traceback
 from ipc import reap_orphans
 from pantheon.errors import UsageError
 from pantheon.serve.dies import die_memory
-from workers import protocol
+from workers import protocol, response_dir
 from workers.admin_desk import AdminDesk
 from workers.admission import Admission
 from workers.commands import FailDie, FailFront, SlotEmptied, ToDie
@@ -72,6 +72,7 @@ class Supervisor:
         self.started = {}  # die -> when its current worker was forked
         self.nvml = nvml
         self.reclaims = {}
+        self.store_path = None  # the fronts' shared Responses store (None: --responses-store 0)
 
     @property
     def port(self):
@@ -94,6 +95,8 @@ class Supervisor:
                               self.admission.verdict, self.load_slot, self.dispatcher.slot_in_flight)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
+        if self.config.responses_store_mb:
+            self.store_path = response_dir.make(self.pid)
         for f in range(self.config.http_workers):
             self._spawn_front(f)
         for d in self.book.used_dies():
@@ -138,7 +141,7 @@ class Supervisor:
             os._exit(code or 0)
 
     def _spawn_front(self, f):
-        self.fronts[self._fork(front_main, self.layout, f, self.sock, self.config)] = f
+        self.fronts[self._fork(front_main, self.layout, f, self.sock, self.config, self.store_path)] = f
 
     def spawn_worker(self, d):
         rec = self.layout.tables.dies[d]
@@ -164,6 +167,11 @@ class Supervisor:
                 self.dispatcher.commands.put(ToDie(d, Kind.LOAD_SLOT, protocol.encode_slot(slot)))
             else:
                 self.spawn_worker(d)
+
+    def close(self):
+        """What outlives the children on disk: the Responses store's directory."""
+        if self.store_path is not None:
+            response_dir.remove(self.store_path)
 
     def run(self):
         """Serve until SIGTERM/SIGINT has drained everything; returns the exit status."""

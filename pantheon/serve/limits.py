@@ -9,6 +9,7 @@ MAX_SESSIONS_LIMIT = 1024
 MAX_CPU_DIES = 1024
 MAX_NAME_BYTES = 64        # a served model id, as stored in the shared slot table
 MAX_PATH_BYTES = 1024      # a model path, as stored in the shared slot table
+MAX_RESPONSES_STORE_MB = 1 << 20
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -23,3 +24,4 @@ DEFAULT_HTTP_THREADS = 32        # requests served at once per front (a stream h
 DEFAULT_IDLE_TIMEOUT = 60        # seconds a connection may sit idle between requests
 DEFAULT_HEADER_TIMEOUT = 10      # seconds from a request's first byte to the end of its headers
 DEFAULT_BODY_LIMIT = 16 * 2**20  # bytes per request body
+DEFAULT_RESPONSES_STORE_MB = 256  # stored Responses (store: true) on disk, least recently used evicted beyond it

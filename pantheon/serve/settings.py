@@ -16,8 +16,9 @@ from pantheon.serve.flag_values import (int_in, named_template, parse_address, p
 from pantheon.serve.limits import (DEFAULT_BATCH_SLOTS, DEFAULT_BODY_LIMIT, DEFAULT_CONNECTION_LIMIT,
                                    DEFAULT_CPU_DIES, DEFAULT_CTX_CAP, DEFAULT_DIES, DEFAULT_HEADER_TIMEOUT,
                                    DEFAULT_HOST, DEFAULT_HTTP_THREADS, DEFAULT_HTTP_WORKERS, DEFAULT_IDLE_TIMEOUT,
-                                   DEFAULT_MAX_SESSIONS, DEFAULT_PORT, MAX_BATCH_SLOTS, MAX_CPU_DIES, MAX_CTX_CAP,
-                                   MAX_DIES_PER_MODEL, MAX_HTTP_WORKERS, MAX_MODELS, MAX_SESSIONS_LIMIT)
+                                   DEFAULT_MAX_SESSIONS, DEFAULT_PORT, DEFAULT_RESPONSES_STORE_MB, MAX_BATCH_SLOTS,
+                                   MAX_CPU_DIES, MAX_CTX_CAP, MAX_DIES_PER_MODEL, MAX_HTTP_WORKERS, MAX_MODELS,
+                                   MAX_RESPONSES_STORE_MB, MAX_SESSIONS_LIMIT)
 
 
 class HelpRequested(Exception):
@@ -75,6 +76,7 @@ class ServeConfig:
     reasoning_format: str = "auto"
     registry: Optional["Registry"] = None  # where to register with a `pantheon router`; None: standalone
     http: HttpLimits = HttpLimits()
+    responses_store_mb: int = DEFAULT_RESPONSES_STORE_MB  # 0: the Responses API stores nothing
 
 
 # `pantheon router` sends `X-Pantheon-Stream-End: close` to instances: a front then ends a stream by
@@ -155,6 +157,8 @@ FLAGS = (
          "origin allowed cross-origin (scheme://host[:port], or * for any); repeatable"),
     Flag("--reasoning-format", "global", "FMT", parse_reasoning_format, "auto",
          "auto or deepseek: <think> text goes to reasoning_content; none: it stays in content"),
+    Flag("--responses-store", "global", "MB", int_in(0, MAX_RESPONSES_STORE_MB), str(DEFAULT_RESPONSES_STORE_MB),
+         "disk for stored Responses (store: true, previous_response_id), least recently used evicted; 0: none"),
     Flag("--models-dir", "global", "DIR", parse_dir, "none", "directory of models that may be loaded"),
     Flag("--registry", "global", "URL", parse_url, "unset (PANTHEON_REGISTRY_URL)",
          "register every served model with the `pantheon router` at URL and heartbeat"),
@@ -293,7 +297,7 @@ def _finish(draft, environ):
         models_dir=opts.get("--models-dir"), ops=operations_from_env(environ),
         cors_origins=tuple(dict.fromkeys(draft.cors_origins)),
         reasoning_format=opts.get("--reasoning-format", "auto"), registry=_registry(opts, environ),
-        http=_http_limits(opts))
+        http=_http_limits(opts), responses_store_mb=opts.get("--responses-store", DEFAULT_RESPONSES_STORE_MB))
 
 
 def _registry(opts, environ):

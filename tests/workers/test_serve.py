@@ -1,17 +1,24 @@
 """End to end: a real pantheon-serve tree (supervisor, 2 fronts, 2 CPU dies) driven over HTTP."""
 
+import glob
 import http.client
 import json
+import os
+import signal
+import tempfile
 import threading
 import time
 
+import psutil
 import pytest
 
 import pantheon
 from pantheon.engine.scheduler import Engine, EngineConfig, Request
 from pantheon.engine.sampler import SamplingParams
 from tests.conftest import shared_path
+from tests.workers.chaos_kit import fronts
 from tests.workers.serving import Server
+from workers import response_dir
 
 pytestmark = pytest.mark.usefixtures("compiled_kernels")  # its servers run models under timeouts
 
@@ -32,6 +39,11 @@ def server(golden):
                   "--model", golden["llama-q4_0"], "--name", "rep", "--dies", "cpu1"])
     yield srv
     assert srv.stop() == 0, "".join(srv.lines)
+    assert not store_dirs(srv), "the Responses store's directory outlived the server"
+
+
+def store_dirs(server):
+    return glob.glob(os.path.join(tempfile.gettempdir(), f"{response_dir.PREFIX}{server.proc.pid}-*"))
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +253,50 @@ def test_stop_strings_through_the_rings(client, stream):
         out = client.completions.create(**kw)
         got, reason = out.choices[0].text, out.choices[0].finish_reason
     assert (got, reason) == (text[:text.find(stop)], "stop")
+
+
+def _connection_to(server, front, others):
+    """A keep-alive connection that `front` accepted: the other fronts are stopped while it is made."""
+    for pid in others:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        conn = http.client.HTTPConnection(server.url.split("//")[1], timeout=60)
+        _ask(conn, "GET", "/health")
+        port = conn.sock.getsockname()[1]
+    finally:
+        for pid in others:
+            os.kill(pid, signal.SIGCONT)
+    held = [c for c in psutil.Process(front).net_connections("tcp") if c.raddr and c.raddr.port == port]
+    assert held, f"front {front} does not hold the connection"
+    return conn
+
+
+def _ask(conn, method, path, body=None):
+    conn.request(method, path, body=None if body is None else json.dumps(body),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    return resp.status, json.loads(resp.read() or b"null")
+
+
+def test_stored_responses_are_shared_by_every_front(server):
+    """A response stored through one front is continued, read and deleted through the other."""
+    a, b = fronts(server)
+    to_a, to_b = _connection_to(server, a, [b]), _connection_to(server, b, [a])
+    assert len(store_dirs(server)) == 1
+    ask = {"model": "llama", "max_output_tokens": 3, "temperature": 0}
+    status, first = _ask(to_a, "POST", "/v1/responses", dict(ask, input="Once upon a time"))
+    assert status == 200 and first["store"] is True, first
+    status, second = _ask(to_b, "POST", "/v1/responses", dict(ask, input="The end.", previous_response_id=first["id"]))
+    assert status == 200 and second["previous_response_id"] == first["id"], second
+    text = first["output"][0]["content"][0]["text"]
+    talk = [{"role": "user", "content": "Once upon a time"}, {"role": "assistant", "content": text},
+            {"role": "user", "content": "The end."}]
+    status, chat = _ask(to_a, "POST", "/v1/chat/completions", {"model": "llama", "max_tokens": 3, "temperature": 0,
+                                                                "messages": talk})
+    assert second["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"]
+    assert second["output"][0]["content"][0]["text"] == chat["choices"][0]["message"]["content"]
+    assert _ask(to_a, "GET", f"/v1/responses/{second['id']}") == (200, second)
+    assert _ask(to_b, "DELETE", f"/v1/responses/{first['id']}")[0] == 200
+    assert _ask(to_a, "GET", f"/v1/responses/{first['id']}")[0] == 404
+    to_a.close()
+    to_b.close()

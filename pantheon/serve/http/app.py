@@ -57,7 +57,7 @@ class _CountRequests:
 
 def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_limit=16 * 2**20,
                fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True, cors_origins=(),
-               reasoning_format="auto"):
+               reasoning_format="auto", response_store=None):
     """A falcon.App (WSGI) serving the OpenAI API over `backend` (pantheon.serve.http.backend.Backend).
 
     api_keys: bearer keys; empty means no auth. metrics: this process's pantheon.serve.metrics.Recorder
@@ -67,6 +67,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     guarded by admin_token; admin_on=False answers 403 (a non-loopback bind without a token).
     cors_origins: origins allowed cross-origin ("*": any). reasoning_format: "none" leaves <think> text
     in content; "auto"/"deepseek" move it to reasoning_content (a request's reasoning_format wins).
+    response_store: a pantheon.serve.response_store.ResponseStore for the Responses API's stored responses
+    (previous_response_id, GET /v1/responses/{id}); None: responses are made as with store false.
     The OpenAI routes answer with and without the /v1 prefix, as bare base URLs call them.
     """
     middleware = [RequestId(), Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys),
@@ -75,7 +77,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = True
     errors.install(app)
-    options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch(), reasoning_format)
+    options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch(), reasoning_format,
+                      response_store)
     for prefix in ("/v1", ""):
         models = Models(backend)
         app.add_route(f"{prefix}/models", models)
@@ -87,7 +90,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
         app.add_route(f"{prefix}/messages/count_tokens", CountTokens(backend, options))
         app.add_route(f"{prefix}/responses", Responses(backend, options))  # OpenAI's Responses API
         app.add_route(f"{prefix}/responses/input_tokens", InputTokens(backend, options))
-        stored = Stored()
+        stored = Stored(response_store)
         app.add_route(f"{prefix}/responses/{{response_id}}", stored)
         app.add_route(f"{prefix}/responses/{{response_id}}/input_items", stored, suffix="items")
         app.add_route(f"{prefix}/responses/{{response_id}}/cancel", stored, suffix="cancel")

@@ -28,6 +28,7 @@ class Options:
     recorder: object = None  # pantheon.serve.metrics.Recorder of this process, or None
     watch: DisconnectWatch = None
     reasoning_format: str = "auto"  # --reasoning-format: "none" leaves <think> text in content
+    responses: object = None  # pantheon.serve.response_store.ResponseStore, or None: no response is stored
 
 
 def resolve(backend, name):

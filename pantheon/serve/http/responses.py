@@ -1,4 +1,4 @@
-"""OpenAI's Responses API, POST /v1/responses, over the chat routes' machinery; stateless (nothing is stored)."""
+"""OpenAI's Responses API (/v1/responses) over the chat routes' machinery, and its stored responses."""
 
 import time
 import uuid
@@ -7,6 +7,8 @@ from pantheon.serve.http import chat_plan, responses_fields, sse
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import RestatedChat
 from pantheon.serve.http.errors import RequestError
+from pantheon.serve.http.field_types import bad, show
+from pantheon.serve.response_store import MissingResponse, StoreUnavailable
 
 # per output item kind: its content part's type and the stream events of that part's text
 PARTS = {"message": ("output_text", "response.output_text.delta", "response.output_text.done"),
@@ -31,8 +33,9 @@ def _function_call(call):
 class _Reply:
     """One Responses answer of a started choice: the whole response object, or its stream of events."""
 
-    def __init__(self, served, choice, values):
+    def __init__(self, served, choice, values, store=None):
         self.model, self.choice, self.gen, self.values = served.name, choice, choice.gen, values
+        self.store = store if values.get("store", True) else None
         self.close_id = served.think_ids[1] if served.think_ids else None
         self.id, self.created = _id("resp"), int(time.time())
         self.items, self.seq = [], 0  # streaming: the output items done so far, the next sequence_number
@@ -45,9 +48,9 @@ class _Reply:
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "instructions": v.get("instructions"), "max_output_tokens": v.get("max_output_tokens"),
                 "model": self.model, "output": output, "parallel_tool_calls": v.get("parallel_tool_calls", True),
-                "previous_response_id": None, "reasoning": {"effort": think.get("effort"),
+                "previous_response_id": v.get("previous_response_id"), "reasoning": {"effort": think.get("effort"),
                                                             "summary": think.get("summary")},
-                "store": False, "temperature": v.get("temperature"),
+                "store": self.store is not None, "temperature": v.get("temperature"),
                 "text": v.get("text", {"format": {"type": "text"}}),
                 "tool_choice": v.get("tool_choice", "auto"), "tools": v.get("tools", []), "top_p": v.get("top_p"),
                 "top_logprobs": v.get("top_logprobs"), "truncation": "disabled", "usage": usage,
@@ -86,7 +89,17 @@ class _Reply:
             scores = self.choice.logprobs(True)
             items.append(self._item("message", reply.get("content") or "", status, scores["content"] if scores else ()))
         items += [_function_call(call) for call in reply.get("tool_calls") or ()]
-        return self.response(status, items, self.usage(reply))
+        return self._kept(self.response(status, items, self.usage(reply)))
+
+    def _kept(self, body):
+        """`body`, stored when the request asked it (store, true by default); its store field says if it was."""
+        if self.store is not None:
+            try:
+                body["store"] = self.store.put(self.id, self.values.get("previous_response_id"), body,
+                                               responses_fields.listed(self.values["input"]))
+            except StoreUnavailable:
+                body["store"] = False  # the answer still reaches the client; its store field says it was not kept
+        return body
 
     def events(self):
         """response.created and .in_progress; reasoning and message items as their text comes, function calls
@@ -105,7 +118,8 @@ class _Reply:
             for call in reply.get("tool_calls") or ():
                 yield from self._call(_function_call(call))
             status = self.status()
-            yield self._event(f"response.{status}", response=self.response(status, self.items, self.usage(reply)))
+            final = self._kept(self.response(status, self.items, self.usage(reply)))
+            yield self._event(f"response.{status}", response=final)
         except BackendError as exc:  # the status line is gone: the response fails in-band
             self.gen.cancel()
             yield self._event("response.failed", response=self.response("failed", self.items, error={
@@ -164,12 +178,29 @@ class _Reply:
 
 
 class _Route(RestatedChat):
-    """What both routes share: the input items restated as a chat request."""
+    """What both routes share: the input items, after those of the stored responses they continue, restated as a
+    chat request."""
 
     schema, required = responses_fields.COUNT, ("input",)
 
     def restate(self, values):
+        previous = values.get("previous_response_id")
+        if previous is not None:
+            values = dict(values, history=_continued(self.options.responses, previous))
         return responses_fields.parsed(values), ""
+
+
+def _continued(store, previous):
+    """The items of the stored chain ending with response `previous` (its instructions are not carried over)."""
+    if store is None:
+        raise bad("previous_response_id", responses_fields.STATELESS, "unsupported_value")
+    try:
+        return store.conversation(previous)
+    except MissingResponse as exc:
+        raise RequestError(f"previous_response_id: {exc}", param="previous_response_id",
+                           code="previous_response_not_found", status=404) from None
+    except StoreUnavailable as exc:
+        raise RequestError(str(exc), code="store_unavailable", status=503, type="server_error") from None
 
 
 class Responses(_Route):
@@ -178,7 +209,7 @@ class Responses(_Route):
     schema = responses_fields.RESPONSES
 
     def reply(self, served, choice, n_prompt, values):
-        return _Reply(served, choice, values)
+        return _Reply(served, choice, values, self.options.responses)
 
 
 class InputTokens(_Route):
@@ -190,12 +221,36 @@ class InputTokens(_Route):
 
 
 class Stored:
-    """GET and DELETE /v1/responses/{id}, its input_items, its cancel: nothing is stored here (every response is
-    made as with store false), so every id is unknown: a 404 that says so, which OpenAI's clients raise as
-    NotFoundError."""
+    """GET and DELETE /v1/responses/{id}, GET its input_items, POST its cancel: the responses made with store
+    true (the default), while the store's byte bound keeps them; without a store every id is a 404 saying so."""
+
+    def __init__(self, store):
+        self.store = store
 
     def on_get(self, req, resp, response_id):
-        raise RequestError(f"response {response_id!r} not found: {responses_fields.STATELESS}", param="response_id",
-                           code="not_found", status=404)
+        resp.media = self._ask(response_id, "get")
 
-    on_delete = on_get_items = on_post_cancel = on_get
+    def on_delete(self, req, resp, response_id):
+        self._ask(response_id, "delete")
+        resp.media = {"id": response_id, "object": "response.deleted", "deleted": True}
+
+    def on_get_items(self, req, resp, response_id):
+        items = self._ask(response_id, "input_items")
+        resp.media = responses_fields.item_page(items, req.params)
+
+    def on_post_cancel(self, req, resp, response_id):
+        self._ask(response_id, "get")
+        raise RequestError(f"response {show(response_id)} cannot be cancelled: only background responses can be, and "
+                           "this server makes none", param="response_id", code="not_background")
+
+    def _ask(self, response_id, method):
+        """The store's `method` of the id; its failures as the HTTP errors OpenAI's clients expect."""
+        if self.store is None:
+            raise RequestError(f"response {show(response_id)} not found: {responses_fields.STATELESS}",
+                               param="response_id", code="not_found", status=404)
+        try:
+            return getattr(self.store, method)(response_id)
+        except MissingResponse as exc:
+            raise RequestError(str(exc), param="response_id", code="not_found", status=404) from None
+        except StoreUnavailable as exc:
+            raise RequestError(str(exc), code="store_unavailable", status=503, type="server_error") from None

@@ -1,5 +1,7 @@
 """OpenAI's Responses request bodies checked under their own field names and restated as chat fields."""
 
+import uuid
+
 from pantheon.serve.http import validate
 from pantheon.serve.http.field_types import bad, boolean, known_object, number, positive, show, string
 
@@ -16,7 +18,8 @@ FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
                "json_schema": {"type", "name", "schema", "description", "strict"}}
 # include values: reasoning items always carry their text (nothing is encrypted); logprobs as asked
 INCLUDES = ("reasoning.encrypted_content", "message.output_text.logprobs")
-STATELESS = "this server stores no responses: send the whole conversation as input"
+ITEM_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+STATELESS = "this server stores no responses (--responses-store 0): send the whole conversation as input"
 
 
 def _text(where, v):
@@ -112,7 +115,8 @@ def input_items(name, v):
         where = f"{name}[{i}]"
         kind = item.get("type", "message") if isinstance(item, dict) else None
         if kind == "item_reference":
-            raise bad(f"{where}.type", f"item references are not supported: {STATELESS}", "unsupported_value")
+            raise bad(f"{where}.type", "item references are not supported: continue a stored response with "
+                      "previous_response_id, or send the items themselves", "unsupported_value")
         if kind not in ITEM_KEYS:
             raise bad(f"{where}.type", f"{show(kind)} items are not supported: expected message, function_call, "
                       "function_call_output or reasoning", "unsupported_value")
@@ -121,6 +125,28 @@ def input_items(name, v):
     if not talk.messages:
         raise bad(name, "the input holds no message", "invalid_value")
     return talk.messages
+
+
+def checked_input(name, v):
+    """The input checked as input_items folds it, kept as items (a string is one user message) so that a stored
+    response can be continued item by item."""
+    input_items(name, v)
+    return [{"type": "message", "role": "user", "content": v}] if isinstance(v, str) else v
+
+
+def listed(items):
+    """Input items as a stored response lists them: each with an id and a status, a message's text as parts."""
+    out = []
+    for item in items:
+        kind = item.get("type", "message")
+        item = dict(item, type=kind, status=item.get("status", "completed"))
+        item.setdefault("id", f"{ITEM_ID_PREFIX[kind]}_{uuid.uuid4().hex}")
+        if kind == "message" and isinstance(item["content"], str):
+            part = "output_text" if item["role"] == "assistant" else "input_text"
+            item["content"] = [dict({"type": part, "text": item["content"]},
+                                    **({"annotations": []} if part == "output_text" else {}))]
+        out.append(item)
+    return out
 
 
 def tools(name, v):
@@ -213,7 +239,7 @@ def stream_options(name, v):
 
 
 RESPONSES = {
-    "model": string, "input": input_items, "instructions": string, "max_output_tokens": positive,
+    "model": string, "input": checked_input, "instructions": string, "max_output_tokens": positive,
     "temperature": number, "top_p": number, "top_logprobs": validate.top_logprobs,
     "tools": tools, "tool_choice": tool_choice, "parallel_tool_calls": boolean, "text": text, "reasoning": reasoning,
     "include": include, "stream": boolean, "stream_options": stream_options, "user": string,
@@ -222,7 +248,8 @@ RESPONSES = {
     "truncation": _refused("only \"disabled\": an input longer than the context is a 400, never cut",
                            allowed="disabled"),
     "background": _refused("background responses are not supported", allowed=False),
-    "previous_response_id": _refused(STATELESS), "conversation": _refused(STATELESS),
+    "previous_response_id": string, "conversation": _refused("conversations are not supported: continue a stored "
+                                                             "response with previous_response_id"),
 }
 
 # /v1/responses/input_tokens: the fields that shape the prompt
@@ -231,9 +258,11 @@ COUNT = {k: RESPONSES[k] for k in ("model", "input", "instructions", "tools", "t
 
 
 def chat_body(values):
-    """The /v1/chat/completions body these checked fields stand for."""
+    """The /v1/chat/completions body these checked fields stand for; `history` holds the items of the stored
+    responses the request continues (previous_response_id), oldest first."""
     chat = ([{"role": "system", "content": values["instructions"]}] if values.get("instructions") else [])
-    body = {"model": values.get("model"), "messages": chat + values["input"], "stream": values.get("stream", False),
+    talk = input_items("input", values.get("history", []) + values["input"])
+    body = {"model": values.get("model"), "messages": chat + talk, "stream": values.get("stream", False),
             **{k: values[k] for k in ("temperature", "top_p", "parallel_tool_calls") if k in values}}
     if "max_output_tokens" in values:
         body["max_tokens"] = values["max_output_tokens"]
@@ -261,3 +290,24 @@ def parsed(values):
     """validate.Parsed of the chat request the checked Responses fields stand for (every field it restates was
     checked under its Responses name first)."""
     return validate.check(chat_body(values), validate.CHAT, ())
+
+
+def item_page(items, params):
+    """GET .../input_items: a page of `items` as OpenAI lists them; query `order` (desc, the default, or asc),
+    `after` (an item id: the page starts past it), `limit` (1-100, default 20)."""
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise bad("order", f"expected asc or desc, got {show(order)}", "invalid_value")
+    limit = params.get("limit", "20")
+    if not (isinstance(limit, str) and limit.isdigit() and 1 <= int(limit) <= 100):
+        raise bad("limit", f"expected an integer from 1 to 100, got {show(limit)}", "invalid_value")
+    ordered = items if order == "asc" else items[::-1]
+    after = params.get("after")
+    if after is not None:
+        ids = [item["id"] for item in ordered]
+        if after not in ids:
+            raise bad("after", f"no input item {show(after)} in this response", "invalid_value")
+        ordered = ordered[ids.index(after) + 1:]
+    page = ordered[:int(limit)]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(ordered) > len(page)}

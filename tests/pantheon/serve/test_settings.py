@@ -95,7 +95,9 @@ def test_every_global_flag(tmp_path):
     keys.write_text("# team keys\nk-one\n\n  k-two  \n#k-three\n")
     c = parse("--model", "a", "--host", "0.0.0.0", "--port", "9000", "--quantize", "--http-workers", "4",
               "--batch-slots", "8", "--cpu-dies", "2", "--api-key", "k-zero", "--api-key-file", str(keys),
-              "--admin-token", "s3cret", "--models-dir", str(tmp_path))
+              "--admin-token", "s3cret", "--models-dir", str(tmp_path), "--responses-store", "0")
+    assert c.responses_store_mb == 0 and parse("--model", "a").responses_store_mb == 256
+    assert refused("--responses-store", "1048577") == "--responses-store 1048577: out of range 0..1048576"
     assert (c.host, c.port, c.quantize, c.http_workers, c.batch_slots, c.cpu_dies) == ("0.0.0.0", 9000, True, 4, 8, 2)
     assert c.api_keys == ("k-zero", "k-one", "k-two")
     assert (c.admin_token, c.models_dir) == ("s3cret", str(tmp_path))

@@ -33,10 +33,10 @@ def greedy_ids(model, ids, n, n_ctx):
     return out
 
 
-def qwen_served(n_ctx=256):
+def qwen_served(n_ctx=256, **app_kwargs):
     """The golden qwen2 model under its real chat template (Qwen2.5's), for the chat-shaped tests."""
     template = shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
-    return Served(open_models(("qwen2",)), n_ctx=n_ctx, chat_templates={"qwen2": template})
+    return Served(open_models(("qwen2",)), n_ctx=n_ctx, chat_templates={"qwen2": template}, **app_kwargs)
 
 
 class Served:

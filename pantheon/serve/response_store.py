@@ -1,0 +1,160 @@
+"""Stored Responses (OpenAI's store: true): one SQLite file every HTTP front shares, under a byte bound."""
+
+import json
+import os
+import sqlite3
+import threading
+import time
+
+from pantheon.errors import PantheonError
+
+TABLE = """CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY, previous TEXT, body TEXT NOT NULL, items TEXT NOT NULL,
+    bytes INTEGER NOT NULL, used INTEGER NOT NULL)"""
+BUSY_S = 30.0  # how long a front waits for another front's write before the store counts as unavailable
+EVICT_BATCH = 64
+SHOWN_ID = 100  # characters of an unknown id an error message repeats (a client may send megabytes)  # least recently used rows read per eviction query
+
+
+class StoreUnavailable(PantheonError):
+    """The store's file could not be read or written (disk full, removed, locked past BUSY_S)."""
+
+
+class MissingResponse(PantheonError):
+    """A response id the store does not hold: never stored, deleted, or evicted under the byte bound."""
+
+    def __init__(self, response_id):
+        shown = repr(response_id[:SHOWN_ID]) + ("..." if len(response_id) > SHOWN_ID else "")
+        super().__init__(f"response {shown} is not stored (never stored, stored with store false, deleted, or "
+                         "evicted under the store's byte bound)")
+        self.response_id = response_id
+
+
+class ResponseStore:
+    """Responses by id with their input items and the id they continue; at most `limit` bytes of JSON, the least
+    recently used (stored, read, or continued) evicted first. SQLite serialises the fronts' writes and lets their
+    reads run beside them (WAL); each thread of each process opens its own connection, lazily (after the fork)."""
+
+    def __init__(self, path, limit):
+        self.path, self.limit = str(path), limit
+        self._local = threading.local()
+
+    def put(self, response_id, previous, body, items):
+        """Store one response; False (nothing stored) when it alone is larger than the bound."""
+        body_json, items_json = json.dumps(body), json.dumps(items)
+        size = len(body_json) + len(items_json)
+        if size > self.limit:
+            return False
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                       (response_id, previous, body_json, items_json, size, time.time_ns()))
+            self._evict(db)
+        return True
+
+    def get(self, response_id):
+        """The stored response object (a dict), now counted as used; MissingResponse if it is not held."""
+        found = json.loads(self._row(response_id)[1])
+        self._touch([response_id])
+        return found
+
+    def input_items(self, response_id):
+        """The input items the response was made from (without those of the responses it continues)."""
+        return json.loads(self._row(response_id)[2])
+
+    def conversation(self, response_id):
+        """Every item of the chain that ends with `response_id`, oldest first: each response's input items, then
+        its output items. The whole chain counts as used; MissingResponse names the first link not held."""
+        links, ids, cursor = [], [], response_id
+        while cursor is not None:
+            previous, body, items = self._row(cursor)
+            links.append((json.loads(items), json.loads(body)["output"]))
+            ids.append(cursor)
+            cursor = previous
+        self._touch(ids)
+        return [item for items, output in reversed(links) for item in items + output]
+
+    def delete(self, response_id):
+        """Remove one response (those continuing it keep their rows, and break at this link)."""
+        with self._write() as db:
+            gone = db.execute("DELETE FROM responses WHERE id = ?", (_key(response_id),)).rowcount
+        if not gone:
+            raise MissingResponse(response_id)
+
+    def _row(self, response_id):
+        try:
+            row = self._db().execute("SELECT previous, body, items FROM responses WHERE id = ?",
+                                     (_key(response_id),)).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"the response store {self.path} cannot be read: {exc}") from None
+        if row is None:
+            raise MissingResponse(response_id)
+        return row
+
+    def _touch(self, ids):
+        """Mark a chain (newest first) used, so a live conversation keeps its oldest turns; among its links the
+        oldest still goes first."""
+        now = time.time_ns()
+        with self._write() as db:
+            db.executemany("UPDATE responses SET used = ? WHERE id = ?", [(now - i, id_) for i, id_ in enumerate(ids)])
+
+    def _evict(self, db):
+        total = db.execute("SELECT COALESCE(SUM(bytes), 0) FROM responses").fetchone()[0]
+        while total > self.limit:
+            for id_, size in db.execute("SELECT id, bytes FROM responses ORDER BY used LIMIT ?",
+                                        (EVICT_BATCH,)).fetchall():
+                if total <= self.limit:
+                    break
+                db.execute("DELETE FROM responses WHERE id = ?", (id_,))
+                total -= size
+
+    def _write(self):
+        return _Transaction(self)
+
+    def _db(self):
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():  # a connection never crosses a fork
+            try:
+                local.db = sqlite3.connect(self.path, timeout=BUSY_S, isolation_level=None)
+                local.db.execute("PRAGMA journal_mode=WAL")
+                local.db.execute("PRAGMA synchronous=OFF")  # a cache of answers: a host crash may lose it
+                local.db.execute(TABLE)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"the response store {self.path} cannot be opened: {exc}") from None
+            local.pid = os.getpid()
+        return local.db
+
+
+def _key(response_id):
+    """The id as SQLite can bind it; one that is not UTF-8 text (a lone surrogate a JSON escape made) is no id
+    this store ever gave out."""
+    try:
+        response_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MissingResponse(response_id) from None
+    return response_id
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on an error); sqlite3's errors become StoreUnavailable."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def __enter__(self):
+        self.db = self.store._db()
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"the response store {self.store.path} cannot be written: {exc}") from None
+        return self.db
+
+    def __exit__(self, kind, exc, tb):
+        try:
+            self.db.execute("ROLLBACK" if kind else "COMMIT")
+        except sqlite3.Error as error:
+            if kind is None:
+                raise StoreUnavailable(f"the response store {self.store.path} cannot be written: {error}") from None
+        if isinstance(exc, sqlite3.Error):
+            raise StoreUnavailable(f"the response store {self.store.path} cannot be written: {exc}") from None
+        return False
+
