@@ -73,10 +73,15 @@ MAX_DETAIL = 2000  # bytes of error detail text carried
 
 _ROUTE = struct.Struct("<HH4xQQ")  # slot, choices, session, prefix key: all the dispatcher reads of a job
 _JOB = struct.Struct("<qqqqQddddddIIIIIIqIqq")
+# llama.cpp's optional samplers' settings, after the job header (mirostat's version rides in the flags)
+_OPTIONAL = ("top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range", "dynatemp_exponent",
+             "mirostat_tau", "mirostat_eta")
+_SAMPLERS = struct.Struct("<" + "d" * len(_OPTIONAL))
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
 _FLAG_INFILL = 4
 _EMBED_SHIFT = 3  # flag bits 3-5: 0 a generation, else 1 + the kind's index in EMBED_KINDS
+_MIROSTAT_SHIFT = 6  # flag bits 6-7: the mirostat version (0 off)
 _DONE = struct.Struct("<BBHIII")  # reason, final, choice, prompt, cached, completion tokens
 _TOKEN = struct.Struct("<IHI")  # token id, choice, prompt tokens served from a cache
 _CHOICE = struct.Struct("<H")
@@ -139,7 +144,7 @@ def encode_job(job):
     p = job.params
     bias = sorted(p.logit_bias.items())
     flags = ((_FLAG_RANDOM_SEED if p.seed is None else 0) | (_FLAG_THINK if job.think_ids else 0)
-             | (_FLAG_INFILL if p.infill else 0) | _embed_bits(job.embed))
+             | (_FLAG_INFILL if p.infill else 0) | _embed_bits(job.embed) | p.mirostat << _MIROSTAT_SHIFT)
     think = job.think_ids or (0, 0)
     grammar = job.grammar.encode("utf-8")
     try:
@@ -147,7 +152,8 @@ def encode_job(job):
             job.max_tokens, p.top_k, p.repeat_last_n, job.reasoning_budget, p.seed or 0, p.temperature, p.top_p,
             p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, *think, len(job.prompt),
             len(job.stop_ids), len(bias), flags, job.grammar_replay, len(grammar),
-            -1 if job.logprobs is None else job.logprobs, -1 if job.prompt_logprobs is None else job.prompt_logprobs)
+            -1 if job.logprobs is None else job.logprobs, -1 if job.prompt_logprobs is None else job.prompt_logprobs
+        ) + _SAMPLERS.pack(*(getattr(p, name) for name in _OPTIONAL))
         ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias)))
     except (struct.error, OverflowError, TypeError) as e:
         raise InvalidParameter(f"a request value does not fit the wire format: {e}", None) from None
@@ -180,12 +186,13 @@ def read_route(body):
 def decode_job(body):
     """The Job in a SUBMIT body; FrameError when the layout is broken, InvalidParameter for bad values."""
     route = read_route(body)
-    if len(body) < _ROUTE.size + _JOB.size:
-        raise FrameError(f"SUBMIT body of {len(body)} bytes < {_ROUTE.size + _JOB.size}")
+    if len(body) < _ROUTE.size + _JOB.size + _SAMPLERS.size:
+        raise FrameError(f"SUBMIT body of {len(body)} bytes < {_ROUTE.size + _JOB.size + _SAMPLERS.size}")
     (max_tokens, top_k, last_n, budget, seed, temperature, top_p, min_p, repeat, presence, frequency,
      t_open, t_close, n_prompt, n_stop, n_bias, flags, replay, n_grammar, logprobs, prompt_lp) = _JOB.unpack_from(
         body, _ROUTE.size)
-    start = _ROUTE.size + _JOB.size
+    optional = dict(zip(_OPTIONAL, _SAMPLERS.unpack_from(body, _ROUTE.size + _JOB.size)))
+    start = _ROUTE.size + _JOB.size + _SAMPLERS.size
     n_ids = n_prompt + n_stop + n_bias
     end_bias = start + n_ids * _U32 + n_bias * 8
     if end_bias + n_grammar != len(body):
@@ -201,7 +208,7 @@ def decode_job(body):
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat,
                             repeat_last_n=last_n, presence_penalty=presence, frequency_penalty=frequency,
                             logit_bias=bias, seed=None if flags & _FLAG_RANDOM_SEED else seed,
-                            infill=bool(flags & _FLAG_INFILL))
+                            infill=bool(flags & _FLAG_INFILL), mirostat=flags >> _MIROSTAT_SHIFT & 3, **optional)
     return Job(route.slot, tuple(ids[:n_prompt]), max_tokens, params, tuple(ids[n_prompt:n_prompt + n_stop]),
                route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
                None if logprobs < 0 else logprobs, route.n, _embed_of(flags), None if prompt_lp < 0 else prompt_lp)

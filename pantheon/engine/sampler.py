@@ -10,6 +10,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from pantheon.engine import sampler_filters as filters
 from pantheon.engine.infill import MAX_CANDIDATES, infill
 from pantheon.errors import InvalidParameter
 
@@ -30,6 +31,10 @@ class SamplingParams:
     seed: None draws from OS entropy, so only a given seed reproduces a sequence.
     infill: llama.cpp's infill sampler runs after min_p (pantheon.engine.infill); it needs top_k to
     bound the candidates it compares pairwise.
+    top_n_sigma (<= 0 off), typical_p (1 off), xtc_probability (0 off) with xtc_threshold, and
+    dynatemp_range (0 off) with dynatemp_exponent are llama.cpp's samplers of those names
+    (pantheon.engine.sampler_filters). mirostat 1 or 2 replaces the chain after the logit bias, as in
+    llama.cpp: no penalties or filters, the temperature, then mirostat with mirostat_tau and mirostat_eta.
     """
 
     temperature: float = 0.8
@@ -43,6 +48,15 @@ class SamplingParams:
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     seed: Optional[int] = None
     infill: bool = False
+    top_n_sigma: float = -1.0
+    typical_p: float = 1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
 
     def __post_init__(self):
         bias = self.logit_bias
@@ -62,11 +76,25 @@ class SamplingParams:
         _real("presence_penalty", self.presence_penalty)
         _real("frequency_penalty", self.frequency_penalty)
         _check_bias(self.logit_bias, n_vocab)
+        self._validate_optional()
         if self.seed is not None:
             _integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)
         if self.infill and not 0 < self.top_k <= MAX_CANDIDATES:
             raise InvalidParameter(f"top_k: the infill sampler compares every pair of candidates, so it needs "
                                    f"top_k between 1 and {MAX_CANDIDATES}, got {self.top_k}", "top_k")
+
+    def _validate_optional(self):
+        _real("top_n_sigma", self.top_n_sigma)
+        _real("typical_p", self.typical_p, low=0.0, high=1.0)
+        _real("xtc_probability", self.xtc_probability, low=0.0, high=1.0)
+        _real("xtc_threshold", self.xtc_threshold, low=0.0, high=1.0)
+        _real("dynatemp_range", self.dynatemp_range, low=0.0)
+        _real("dynatemp_exponent", self.dynatemp_exponent, low=0.0)
+        _integer("mirostat", self.mirostat, low=0, high=2)
+        _real("mirostat_tau", self.mirostat_tau, low=0.0)
+        _real("mirostat_eta", self.mirostat_eta, low=0.0)
+        if self.mirostat and self.infill:
+            raise InvalidParameter("mirostat replaces the sampler chain, the infill sampler with it", "mirostat")
 
     def for_choice(self, choice):
         """Choice `choice` of several sampled from one prompt: seed + choice, so n choices differ and a
@@ -77,8 +105,9 @@ class SamplingParams:
 
     @property
     def penalizes(self):
-        return (self.repeat_last_n != 0 and (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0
-                                             or self.frequency_penalty != 0.0))
+        """Whether the repetition penalties change anything (mirostat's chain has none)."""
+        return (self.mirostat == 0 and self.repeat_last_n != 0
+                and (self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0))
 
 
 class Sampler:
@@ -94,6 +123,8 @@ class Sampler:
         self.rng = np.random.default_rng(params.seed)
         self._bias_ids = np.fromiter(params.logit_bias.keys(), np.int64, len(params.logit_bias))  # [n_bias]
         self._bias = np.fromiter(params.logit_bias.values(), np.float32, len(params.logit_bias))  # [n_bias]
+        self.mirostat = filters.Mirostat(params.mirostat, params.mirostat_tau, params.mirostat_eta,
+                                         n_vocab) if params.mirostat else None
 
     def sample(self, logits, history=()):
         """One token id from `logits` (float32 [n_vocab]) given the ids generated or prompted so far.
@@ -109,10 +140,12 @@ class Sampler:
                 return _greedy_finite(adjusted, logits)
             if self.params.temperature == 0.0 and not self.params.infill:
                 return int(np.argmax(adjusted))
+            if self.mirostat is not None:
+                return self.mirostat.draw(adjusted / np.float32(self.params.temperature), self.rng)
             ids, kept = self.candidates(adjusted, top)  # [m], [m]
             if self.params.infill:
                 return self._after_infill(ids, kept)
-            return self._draw(ids, kept, top)
+            return self._draw(ids, kept, float(kept.max()))
 
     def _after_infill(self, ids, kept):
         """The infill sampler's survivors drawn from (the best of them when greedy); its end is the first
@@ -153,14 +186,21 @@ class Sampler:
         out[tokens] = seen
 
     def candidates(self, logits, top):
-        """Ids (and logits) surviving top_k, then top_p, then min_p.
+        """Ids (and logits) surviving llama.cpp's default chain: top_n_sigma, top_k, typical_p, top_p, min_p, xtc.
 
-        top_p's mass is measured over the top_k pool, as llama.cpp renormalizes after each filter; min_p
-        compares logits with the maximum, which no filter removes, so it can run before top_p's sort.
+        top_n_sigma's floor and top_k both keep the best tokens, so either may run first; top_p's mass is
+        measured over what they and typical_p left, as llama.cpp renormalizes after each filter; min_p compares
+        logits with that pool's maximum, which top_p never removes, so it can run before top_p's sort.
         """
         p, n = self.params, self.n_vocab
         ids = _best_sorted(logits, p.top_k) if 0 < p.top_k < n else None  # [k], None meaning all n
         pool = logits if ids is None else logits[ids]  # [k]
+        if p.top_n_sigma > 0.0:
+            keep = np.flatnonzero(pool >= np.float32(filters.sigma_floor(logits, top, p.top_n_sigma)))  # [s]
+            ids, pool = (keep if ids is None else ids[keep]), pool[keep]  # [s], [s]
+        if p.typical_p < 1.0:
+            ids, pool = filters.typical(np.arange(n) if ids is None else ids, pool, p.typical_p)  # [t], [t]
+            top = float(pool.max())  # typical sampling may drop the best token
         mass = float(np.exp(pool - np.float32(top)).sum(dtype=np.float64)) if p.top_p < 1.0 else 1.0
         if p.min_p > 0.0:
             keep = np.flatnonzero(pool >= np.float32(top + math.log(p.min_p)))  # [m]
@@ -169,11 +209,23 @@ class Sampler:
             ids = np.arange(n)  # [n]
         if p.top_p < 1.0:
             ids, pool = _nucleus(ids, pool, top, mass, p.top_p)  # [m], [m]
+        if self._xtc_runs(ids.size):
+            ids, pool = filters.xtc(ids, pool, p.xtc_threshold)  # [x], [x]
         return ids, pool
 
+    def _xtc_runs(self, size):
+        """XTC acts on a draw of probability xtc_probability, made (as llama.cpp makes it) only where it could."""
+        p = self.params
+        return p.xtc_probability > 0.0 and p.xtc_threshold <= 0.5 and size >= 2 and \
+            self.rng.random() <= p.xtc_probability
+
     def _draw(self, ids, kept, top):
-        """Temperature last, then one draw from the renormalized survivors."""
-        weights = np.exp((kept - np.float32(top)) / np.float32(self.params.temperature))  # [m]
+        """Temperature last (dynamic within dynatemp_range of it), then one draw from the renormalized survivors."""
+        p = self.params
+        temperature = filters.dynamic_temperature(kept, p.temperature, p.dynatemp_range, p.dynatemp_exponent)
+        if temperature <= 0.0:
+            return int(ids[np.argmax(kept)])
+        weights = np.exp((kept - np.float32(top)) / np.float32(temperature))  # [m]
         cumulative = np.cumsum(weights, dtype=np.float64)  # [m]
         if not math.isfinite(cumulative[-1]) or cumulative[-1] <= 0.0:
             return int(ids[np.nanargmax(np.where(np.isfinite(kept), kept, -np.inf))])

@@ -44,6 +44,15 @@ SAMPLING = {
     "logit_bias": st.dictionaries(U32, st.one_of(REAL, st.just(-math.inf)), max_size=20),
     "seed": st.one_of(st.none(), U64),
     "infill": st.booleans(),
+    "top_n_sigma": REAL,
+    "typical_p": UNIT,
+    "xtc_probability": UNIT,
+    "xtc_threshold": UNIT,
+    "dynatemp_range": st.floats(0.0, float(F32.max)),
+    "dynatemp_exponent": st.floats(0.0, float(F32.max)),
+    "mirostat": st.integers(0, 2),
+    "mirostat_tau": st.floats(0.0, float(F32.max)),
+    "mirostat_eta": st.floats(0.0, float(F32.max)),
 }
 
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).
@@ -53,8 +62,8 @@ REQUEST_TO_JOB = {"model": "slot", "prompt": "prompt", "max_tokens": "max_tokens
                   "prompt_logprobs": "prompt_logprobs"}
 
 def _bounded(kw):
-    """The infill sampler only with a top_k it accepts (SamplingParams refuses the rest)."""
-    return dict(kw, infill=kw["infill"] and 0 < kw["top_k"] <= MAX_CANDIDATES)
+    """The infill sampler only with a top_k it accepts and without mirostat (SamplingParams refuses the rest)."""
+    return dict(kw, infill=kw["infill"] and 0 < kw["top_k"] <= MAX_CANDIDATES and not kw["mirostat"])
 
 
 jobs = st.builds(

@@ -51,14 +51,29 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def engine_greedy(path, prompt_ids, n):
-    """What the model file itself generates greedily, computed in this process."""
+def engine_greedy(path, prompt_ids, n, params=SamplingParams(temperature=0.0)):
+    """What the model file itself generates (greedily, unless `params` say otherwise), computed in this process."""
     engine = Engine(pantheon.open_model(path, threads=1), EngineConfig(n_ctx=128))
-    engine.add(Request(1, tuple(prompt_ids), n, SamplingParams(temperature=0.0)))
+    engine.add(Request(1, tuple(prompt_ids), n, params))
     out = []
     while engine.has_work:
         out += [e.token for e in engine.step() if hasattr(e, "token")]
     return out
+
+
+@pytest.mark.parametrize("sampling", [
+    dict(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, top_n_sigma=2.0, typical_p=0.95, xtc_probability=0.5,
+         xtc_threshold=0.05, dynatemp_range=0.5, dynatemp_exponent=1.5),
+    dict(temperature=1.0, mirostat=2, mirostat_tau=4.0, mirostat_eta=0.2),
+    dict(temperature=0.9, mirostat=1, mirostat_tau=3.0, mirostat_eta=0.3)])
+def test_llama_cpps_optional_samplers_cross_the_rings(server, golden, sampling):
+    """A seeded draw through the rings is the draw of the same settings in this process: every field arrived."""
+    prompt, params = [1, 213, 540, 867, 1194], dict(sampling, seed=7, logit_bias={2: -100.0})
+    status, body, _ = server.request("POST", "/v1/completions", dict(
+        sampling, model="llama", prompt=prompt, max_tokens=12, seed=7, logit_bias={"2": -100}))
+    assert status == 200, body
+    want = engine_greedy(golden["llama-q8_0"], prompt, 12, SamplingParams(**params))
+    assert json.loads(body)["choices"][0]["text"] == pantheon.open_tokenizer(golden["llama-q8_0"]).decode(want)
 
 
 def test_models_list(client):

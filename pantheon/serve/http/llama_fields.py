@@ -46,18 +46,16 @@ def json_object(name, v):
     return v
 
 
-def at_most_zero(name, v):
-    """top_n_sigma: llama.cpp's -1 (or any value <= 0) leaves it off."""
-    if number(name, v) > 0:
-        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send -1", "unsupported_value")
-    return v
-
-
 def keep_one(name, v):
     """min_keep: every filter here keeps at least one token, which 0 and 1 both ask for."""
     if integer(name, v) not in (0, 1):
         raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send 0", "unsupported_value")
     return v
+
+
+def mirostat(name, v):
+    """0 (off), 1 or 2: the mirostat version."""
+    return integer(name, v, 0, 2)
 
 
 def n_probs(name, v):
@@ -81,21 +79,25 @@ def strings(name, v):
     return v
 
 
+# llama.cpp's optional samplers and their settings, run by pantheon.engine.sampler (their ranges are checked
+# there, a 400 naming the field).
+SAMPLERS = {"top_n_sigma": number, "typical_p": number, "xtc_probability": number, "xtc_threshold": number,
+            "dynatemp_range": number, "dynatemp_exponent": number, "mirostat": mirostat, "mirostat_tau": number,
+            "mirostat_eta": number}
 # Samplers and options we do not run: a value that would change the output is a 400 naming the field;
 # the neutral value (what llama-server does when the field is absent) is accepted.
-UNSUPPORTED = {"typical_p": one_only, "mirostat": zero_only, "dry_multiplier": zero_only,
-               "xtc_probability": zero_only, "dynatemp_range": zero_only, "post_sampling_probs": false_only,
-               "top_n_sigma": at_most_zero, "tfs_z": one_only, "min_keep": keep_one, "lora": null_only}
+UNSUPPORTED = {"dry_multiplier": zero_only, "post_sampling_probs": false_only, "tfs_z": one_only,
+               "min_keep": keep_one, "lora": null_only}
 # The settings of those samplers: they act only when the sampler is on, which the fields above refuse,
 # so any well-typed value changes nothing (chat UIs send them all the time).
-SETTINGS = {"mirostat_tau": number, "mirostat_eta": number, "dry_base": number, "dry_allowed_length": integer,
-            "dry_penalty_last_n": integer, "dry_sequence_breakers": strings, "xtc_threshold": number,
-            "dynatemp_exponent": number}
+SETTINGS = {"dry_base": number, "dry_allowed_length": integer, "dry_penalty_last_n": integer,
+            "dry_sequence_breakers": strings}
 # What a llama-server client sends to any generation route. cache_prompt, id_slot and n_keep change
 # nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
 # prompt that does not fit is refused rather than shifted. return_tokens shapes only /completion's
 # answer: the OpenAI routes have no place for token ids (llama-server ignores it there too).
-EXTRAS = dict(UNSUPPORTED, **SETTINGS, samplers=sampler_order.samplers, n_predict=n_predict, ignore_eos=boolean,
+EXTRAS = dict(UNSUPPORTED, **SETTINGS, **SAMPLERS, samplers=sampler_order.samplers, n_predict=n_predict,
+              ignore_eos=boolean,
               cache_prompt=boolean, id_slot=integer, n_keep=integer, grammar=string, json_schema=json_object,
               timings_per_token=boolean, t_max_predict_ms=integer, n_probs=n_probs, n_cmpl=per_prompt,
               return_tokens=boolean, n_indent=indent)

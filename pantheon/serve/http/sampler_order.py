@@ -5,21 +5,25 @@ from pantheon.serve.http.field_types import bad, show
 
 # Pantheon's chain, in llama.cpp's default order (penalties, then the filters, temperature last), with
 # llama.cpp's infill sampler (not in its default chain) where FIM clients put it: after the filters.
-CHAIN = ("penalties", "top_k", "top_p", "min_p", "infill", "temperature")
-# llama.cpp's names and one-letter codes for them; dry, typ_p, xtc and top_n_sigma only ever run here at
-# their neutral settings (other values are refused by name), so listing them changes nothing.
+CHAIN = ("penalties", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "infill", "temperature")
+# llama.cpp's names and one-letter codes for them; dry only ever runs here at its neutral setting (another
+# value is refused by name), so listing it changes nothing.
 NAMES = {"penalties": "penalties", "top_k": "top_k", "top-k": "top_k", "top_p": "top_p", "top-p": "top_p",
          "nucleus": "top_p", "min_p": "min_p", "min-p": "min_p", "temperature": "temperature", "temp": "temperature",
-         "dry": None, "typ_p": None, "typ-p": None, "typical_p": None, "typical-p": None, "typical": None,
-         "typ": None, "xtc": None, "top_n_sigma": None, "top-n-sigma": None, "infill": "infill"}
-LETTERS = {"e": "penalties", "k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature", "d": None, "y": None,
-           "x": None, "s": None, "i": "infill"}
+         "dry": None, "typ_p": "typical_p", "typ-p": "typical_p", "typical_p": "typical_p", "typical-p": "typical_p",
+         "typical": "typical_p", "typ": "typical_p", "xtc": "xtc", "top_n_sigma": "top_n_sigma",
+         "top-n-sigma": "top_n_sigma", "infill": "infill"}
+LETTERS = {"e": "penalties", "k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature", "d": None,
+           "y": "typical_p", "x": "xtc", "s": "top_n_sigma", "i": "infill"}
 # The value that makes each sampler the identity: what a sampler left out of the list amounts to.
 NEUTRAL = {"penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-           "top_k": {"top_k": 0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0}, "temperature": {"temperature": 1.0}}
+           "top_n_sigma": {"top_n_sigma": -1.0}, "top_k": {"top_k": 0}, "typical_p": {"typical_p": 1.0},
+           "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0}, "xtc": {"xtc_probability": 0.0},
+           "temperature": {"temperature": 1.0, "dynatemp_range": 0.0}}
 # What a request that sets none of them samples with (SamplingParams' defaults).
-DEFAULTS = {k: getattr(SamplingParams(), k) for k in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-                                                        "presence_penalty", "frequency_penalty", "infill")}
+DEFAULTS = {k: getattr(SamplingParams(), k) for k in (
+    "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty", "infill",
+    "top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range")}
 
 
 def samplers(name, v):
@@ -37,7 +41,7 @@ def samplers(name, v):
 def apply(sampling, order):
     """`sampling` (the fields a client set) as llama-server runs them with `order` (checked `samplers`):
     a sampler left out does nothing, so it is set neutral; one that does something must keep our place."""
-    if order is None:
+    if order is None or sampling.get("mirostat"):  # mirostat replaces the chain, as in llama.cpp
         return sampling
     out = dict(sampling, **({"infill": True} if "infill" in order else {}))  # only a list turns it on
     for s in CHAIN:
@@ -57,7 +61,11 @@ def _acts(sampler, p):
     if sampler == "penalties":
         return p["repeat_penalty"] != 1.0 or p["presence_penalty"] != 0.0 or p["frequency_penalty"] != 0.0
     if sampler == "temperature":
-        return p["temperature"] != 1.0 and (p["temperature"] != 0.0 or p["infill"])
+        return (p["temperature"] != 1.0 or p["dynatemp_range"] > 0.0) and (p["temperature"] != 0.0 or p["infill"])
     if sampler == "infill":
         return p["infill"]
+    if sampler == "top_n_sigma":
+        return p["top_n_sigma"] > 0.0
+    if sampler == "xtc":
+        return p["xtc_probability"] > 0.0 and p["xtc_threshold"] <= 0.5
     return p[sampler] != NEUTRAL[sampler][sampler]

@@ -1,4 +1,5 @@
-"""llama-server's fields on the OpenAI routes: n_predict, ignore_eos, grammar, json_schema, refused samplers."""
+"""llama-server's fields on the OpenAI routes: n_predict, ignore_eos, grammar, json_schema, llama.cpp's optional
+samplers, and the ones refused."""
 
 import json
 import re
@@ -39,11 +40,10 @@ def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name
 
 
 @pytest.mark.parametrize("check", [chat, completion])
-@pytest.mark.parametrize("name,value", [("typical_p", 0.9), ("mirostat", 2), ("dry_multiplier", 0.8),
-                                        ("xtc_probability", 0.5), ("dynatemp_range", 0.2),
-                                        ("post_sampling_probs", True), ("samplers", ["temperature", "top_p"]),
-                                        ("samplers", "ik"), ("top_n_sigma", 1.5), ("tfs_z", 0.9), ("min_keep", 5),
-                                        ("lora", [])])
+@pytest.mark.parametrize("name,value", [("dry_multiplier", 0.8), ("post_sampling_probs", True),
+                                        ("samplers", ["temperature", "top_p"]), ("samplers", "ik"),
+                                        ("tfs_z", 0.9),
+                                        ("min_keep", 5), ("lora", [])])
 def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
     with pytest.raises(RequestError) as err:
         check(**{name: value})
@@ -51,11 +51,30 @@ def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
 
 
 @pytest.mark.parametrize("check", [chat, completion])
+@pytest.mark.parametrize("name,value", [("typical_p", 0.9), ("mirostat", 2), ("mirostat_tau", 3.0),
+                                        ("mirostat_eta", 0.2), ("xtc_probability", 0.5), ("xtc_threshold", 0.2),
+                                        ("dynatemp_range", 0.2), ("dynatemp_exponent", 2.0), ("top_n_sigma", 1.5)])
+def test_llama_cpps_optional_samplers_reach_the_sampler(check, name, value):
+    assert check(**{name: value}).sampling[name] == value
+
+
+@pytest.mark.parametrize("check", [chat, completion])
+@pytest.mark.parametrize("samplers, kept", [("skypmxt", {"typical_p": 0.9, "xtc_probability": 0.5}),
+                                            (["top_k", "typ_p", "top_p"], {"xtc_probability": 0.0}),
+                                            (["xtc"], {"top_k": 0, "typical_p": 1.0, "top_n_sigma": -1.0})])
+def test_a_samplers_list_keeps_the_optional_samplers_it_names(check, samplers, kept):
+    on = {"typical_p": 0.9, "xtc_probability": 0.5, "top_n_sigma": 1.0, "top_k": 5}
+    sampling = check(samplers=samplers, **on).sampling
+    assert {k: sampling[k] for k in kept} == kept
+
+
+@pytest.mark.parametrize("check", [chat, completion])
 @pytest.mark.parametrize("name,value", [("n_predict", -3), ("n_predict", -2), ("n_predict", "3"), ("ignore_eos", 1),
                                         ("cache_prompt", "yes"), ("grammar", 5), ("grammar", "root ::= ("),
                                         ("json_schema", "{}"), ("json_schema", {"type": "frobnicate"}),
                                         ("id_slot", 1.5), ("samplers", 5), ("samplers", [1]), ("mirostat_tau", "5"),
-                                        ("dry_sequence_breakers", "\n")])
+                                        ("dry_sequence_breakers", "\n"), ("mirostat", 3), ("mirostat", 1.5),
+                                        ("typical_p", "0.9")])
 def test_bad_values_name_the_field(check, name, value):
     with pytest.raises(RequestError) as err:
         check(**{name: value})
@@ -128,8 +147,8 @@ def test_the_openai_client_passes_llama_server_fields_through_extra_body(qwen):
         "grammar": GBNF, "cache_prompt": True, "n_predict": 20, "id_slot": -1})
     assert ANSWER.fullmatch(out.choices[0].message.content)
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model="qwen2", messages=USER, extra_body={"mirostat": 2})
-    assert err.value.body["param"] == "mirostat"
+        client.chat.completions.create(model="qwen2", messages=USER, extra_body={"typical_p": 1.5})
+    assert err.value.body["param"] == "typical_p"
 
 
 def test_n_cmpl_is_n_and_the_two_must_agree():
@@ -178,3 +197,23 @@ def test_n_indent_and_n_predict_zero_are_taken():
     with pytest.raises(RequestError) as err:
         chat(n_indent=-1)
     assert err.value.param == "n_indent"
+
+
+@pytest.mark.parametrize("narrowing", [{"top_n_sigma": 1e-3}, {"mirostat": 2, "mirostat_tau": 0.01},
+                                       {"mirostat": 1, "mirostat_tau": 0.0}])
+def test_llama_cpps_samplers_reach_the_engine(qwen, narrowing):
+    """At temperature 50 the golden model's draw is nearly uniform; each of these settings leaves one candidate
+    (the best, within a thousandth of a deviation; nothing surprising at all; mirostat v1's k of 1 at mu 0),
+    so the reply is the greedy one, and without them it is not."""
+    body = {"model": "qwen2", "prompt": "Once upon a time", "max_tokens": 12, "seed": 5, "ignore_eos": True}
+    greedy = call(qwen.port, "POST", "/v1/completions", dict(body, temperature=0))[2]["choices"][0]["text"]
+    hot = dict(body, temperature=50.0, top_k=0, top_p=1.0, min_p=0.0)
+    assert call(qwen.port, "POST", "/v1/completions", hot)[2]["choices"][0]["text"] != greedy
+    status, _, out = call(qwen.port, "POST", "/v1/completions", dict(hot, **narrowing))
+    assert status == 200 and out["choices"][0]["text"] == greedy, out
+
+
+def test_an_optional_sampler_out_of_range_is_a_400_naming_it(qwen):
+    for field, value in (("typical_p", 2.0), ("xtc_probability", -0.5), ("dynatemp_range", -1.0)):
+        status, _, out = call(qwen.port, "POST", "/v1/completions", {"model": "qwen2", "prompt": "x", field: value})
+        assert status == 400 and out["error"]["param"] == field, out

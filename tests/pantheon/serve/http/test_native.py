@@ -88,7 +88,7 @@ def test_completion_takes_a_list_of_prompts_and_answers_a_list(qwen):
     assert status == 400 and err["error"]["param"] == "prompt"
 
 
-@pytest.mark.parametrize("field,value", [("n_probs", 21), ("n_probs", -1), ("grammar", "root ::= ("), ("json_schema", {"type": "frobnicate"}), ("mirostat", 2),
+@pytest.mark.parametrize("field,value", [("n_probs", 21), ("n_probs", -1), ("grammar", "root ::= ("), ("json_schema", {"type": "frobnicate"}), ("mirostat", 5),
                                          ("n_predict", -2), ("prompt", {"x": 1}), ("prompt", ["a", 1]), ("prompt", ["a"] * 17), ("samplers", ["temperature", "top_k"]),
                                          ("bogus", 1), ("logit_bias", [[1]])])
 def test_completion_refuses_what_it_does_not_do(qwen, field, value):

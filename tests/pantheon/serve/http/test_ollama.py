@@ -160,7 +160,7 @@ def test_an_empty_request_answers_load_and_names_the_model(qwen):
     ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "options": {"num_predict": "x"}},
      "options.num_predict"),
     ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "options": {"bogus": 1}}, "options.bogus"),
-    ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "options": {"mirostat": 2}}, "options.mirostat"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "options": {"mirostat": 7}}, "options.mirostat"),
     ("/api/chat", {"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "messages[0].images"),
     ("/api/chat", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
     ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "think": "max"}, "think"),

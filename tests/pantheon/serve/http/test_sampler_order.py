@@ -16,10 +16,17 @@ TAVERN = {"samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "tfs
           "top_p": 0.95, "min_p": 0.05, "temperature": 0.7, "cache_prompt": True}
 
 
+# what a list leaves out of the penalties and llama.cpp's optional samplers, in the tests below
+NOTHING = {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_n_sigma": -1.0,
+           "typical_p": 1.0, "xtc_probability": 0.0, "dynatemp_range": 0.0}
+
+
 def test_names_aliases_and_letters_map_onto_the_chain():
-    assert sampler_order.samplers("s", ["Top-K", "nucleus", "min_p", "temp", "tfs_z", "dry"]) == (
-        "top_k", "top_p", "min_p", "temperature")
-    assert sampler_order.samplers("s", "edkypmxt") == ("penalties", "top_k", "top_p", "min_p", "temperature")
+    assert sampler_order.samplers("s", ["Top-K", "nucleus", "min_p", "temp", "tfs_z", "dry", "typical", "xtc",
+                                        "top-n-sigma"]) == (
+        "top_k", "top_p", "min_p", "temperature", "typical_p", "xtc", "top_n_sigma")
+    assert sampler_order.samplers("s", "edkypmxt") == ("penalties", "top_k", "typical_p", "top_p", "min_p", "xtc",
+                                                      "temperature")
     assert sampler_order.samplers("s", []) == ()
 
 
@@ -27,8 +34,7 @@ def test_infill_is_taken_where_fim_clients_put_it_and_turns_its_sampler_on():
     order = sampler_order.samplers("samplers", ["top_k", "top_p", "infill"])  # llama.vim's and llama.vscode's
     assert order == ("top_k", "top_p", "infill") and sampler_order.samplers("s", "kpi") == order
     assert sampler_order.apply({"top_k": 40, "top_p": 0.9}, order) == {
-        "top_k": 40, "top_p": 0.9, "infill": True, "repeat_penalty": 1.0, "presence_penalty": 0.0,
-        "frequency_penalty": 0.0, "min_p": 0.0, "temperature": 1.0}
+        "top_k": 40, "top_p": 0.9, "infill": True, **NOTHING, "min_p": 0.0, "temperature": 1.0}
     assert "infill" not in sampler_order.apply({}, ("top_k",))
     with pytest.raises(RequestError) as err:
         sampler_order.apply({"temperature": 0.5}, ("top_k", "temperature", "infill"))  # infill acts after it
@@ -47,8 +53,7 @@ def test_bad_shapes_are_refused(value, code):
 
 def test_a_sampler_left_out_is_set_to_do_nothing():
     out = sampler_order.apply({"top_k": 10, "repeat_penalty": 1.3}, ("top_k",))
-    assert out == {"top_k": 10, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-                   "top_p": 1.0, "min_p": 0.0, "temperature": 1.0}
+    assert out == {"top_k": 10, **NOTHING, "top_p": 1.0, "min_p": 0.0, "temperature": 1.0}
     assert sampler_order.apply({"top_k": 10}, None) == {"top_k": 10}
 
 
@@ -60,13 +65,30 @@ def test_the_order_of_samplers_that_act_must_be_ours():
         sampler_order.apply({"repeat_penalty": 1.1}, ("top_k", "penalties", "temperature"))
 
 
+@pytest.mark.parametrize("sampling, order", [({"typical_p": 0.9}, ("top_p", "typ_p")),
+                                             ({"xtc_probability": 0.5}, ("xtc", "min_p")),
+                                             ({"top_n_sigma": 1.0}, ("top_k", "top_n_sigma")),
+                                             ({"dynatemp_range": 0.5, "temperature": 1.0}, ("temperature", "top_k"))])
+def test_llama_cpps_optional_samplers_keep_their_place_in_the_chain(sampling, order):
+    named = sampler_order.samplers("samplers", list(order))
+    with pytest.raises(RequestError):
+        sampler_order.apply(sampling, named)
+    assert sampler_order.apply(sampling, tuple(sorted(named, key=sampler_order.CHAIN.index)))
+
+
+def test_mirostat_replaces_the_chain_and_its_order():
+    assert sampler_order.apply({"mirostat": 2, "temperature": 0.5}, ("temperature", "top_k")) == {
+        "mirostat": 2, "temperature": 0.5}
+
+
 def test_the_order_of_samplers_that_do_nothing_is_free():
     assert sampler_order.apply({"temperature": 0}, ("temperature", "top_k", "top_p", "min_p"))["temperature"] == 0
     assert sampler_order.apply({"temperature": 1.0}, ("temperature", "top_k", "top_p", "min_p"))["temperature"] == 1.0
-    penalties_off = sampler_order.NEUTRAL["penalties"]
+    left_out = {k: v for k, v in NOTHING.items() if k != "dynatemp_range"}  # temperature is listed
     assert sampler_order.apply({"top_p": 1.0}, ("top_p", "top_k", "min_p", "temperature")) == dict(top_p=1.0,
-                                                                                                    **penalties_off)
-    assert sampler_order.apply({}, ("top_k", "penalties", "top_p", "min_p", "temperature")) == {}  # penalties off
+                                                                                                    **left_out)
+    optional_off = {k: left_out[k] for k in ("top_n_sigma", "typical_p", "xtc_probability")}
+    assert sampler_order.apply({}, ("top_k", "penalties", "top_p", "min_p", "temperature")) == optional_off
 
 
 def test_a_chat_ui_preset_is_served(served):
