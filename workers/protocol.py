@@ -75,8 +75,9 @@ _ROUTE = struct.Struct("<HH4xQQ")  # slot, choices, session, prefix key: all the
 _JOB = struct.Struct("<qqqqQddddddIIIIIIqIqq")
 # llama.cpp's optional samplers' settings, after the job header (mirostat's version rides in the flags)
 _OPTIONAL = ("top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range", "dynatemp_exponent",
-             "mirostat_tau", "mirostat_eta")
-_SAMPLERS = struct.Struct("<" + "d" * len(_OPTIONAL))
+             "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n")
+# ... then how many u32 words DRY's breakers take after the bias ids: per breaker its tail's length, head, tail
+_SAMPLERS = struct.Struct("<" + "d" * (len(_OPTIONAL) - 2) + "qqI")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
 _FLAG_INFILL = 4
@@ -147,14 +148,15 @@ def encode_job(job):
              | (_FLAG_INFILL if p.infill else 0) | _embed_bits(job.embed) | p.mirostat << _MIROSTAT_SHIFT)
     think = job.think_ids or (0, 0)
     grammar = job.grammar.encode("utf-8")
+    breakers = [word for head, tail in p.dry_breakers for word in (len(tail), head, *tail)]
     try:
         head = _ROUTE.pack(job.slot, job.n, job.session, prefix_key(job.prompt)) + _JOB.pack(
             job.max_tokens, p.top_k, p.repeat_last_n, job.reasoning_budget, p.seed or 0, p.temperature, p.top_p,
             p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, *think, len(job.prompt),
             len(job.stop_ids), len(bias), flags, job.grammar_replay, len(grammar),
             -1 if job.logprobs is None else job.logprobs, -1 if job.prompt_logprobs is None else job.prompt_logprobs
-        ) + _SAMPLERS.pack(*(getattr(p, name) for name in _OPTIONAL))
-        ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias)))
+        ) + _SAMPLERS.pack(*(getattr(p, name) for name in _OPTIONAL), len(breakers))
+        ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias), *breakers))
     except (struct.error, OverflowError, TypeError) as e:
         raise InvalidParameter(f"a request value does not fit the wire format: {e}", None) from None
     return b"".join((head, ids.tobytes(), array.array("d", (float(v) for _, v in bias)).tobytes(), grammar))
@@ -191,20 +193,21 @@ def decode_job(body):
     (max_tokens, top_k, last_n, budget, seed, temperature, top_p, min_p, repeat, presence, frequency,
      t_open, t_close, n_prompt, n_stop, n_bias, flags, replay, n_grammar, logprobs, prompt_lp) = _JOB.unpack_from(
         body, _ROUTE.size)
-    optional = dict(zip(_OPTIONAL, _SAMPLERS.unpack_from(body, _ROUTE.size + _JOB.size)))
+    *settings, n_dry = _SAMPLERS.unpack_from(body, _ROUTE.size + _JOB.size)
     start = _ROUTE.size + _JOB.size + _SAMPLERS.size
-    n_ids = n_prompt + n_stop + n_bias
+    n_ids = n_prompt + n_stop + n_bias + n_dry
     end_bias = start + n_ids * _U32 + n_bias * 8
     if end_bias + n_grammar != len(body):
-        raise FrameError(f"SUBMIT body of {len(body)} bytes does not hold {n_prompt} prompt ids, "
-                         f"{n_stop} stop ids, {n_bias} biases and a {n_grammar}-byte grammar")
+        raise FrameError(f"SUBMIT body of {len(body)} bytes does not hold {n_prompt} prompt ids, {n_stop} stop "
+                         f"ids, {n_bias} biases, {n_dry} DRY words and a {n_grammar}-byte grammar")
     ids = array.array("I", body[start:start + n_ids * _U32])
     values = array.array("d", body[start + n_ids * _U32:end_bias])
     try:
         grammar = bytes(body[end_bias:]).decode("utf-8")
     except UnicodeDecodeError:
         raise FrameError("SUBMIT grammar is not UTF-8") from None
-    bias = dict(zip(ids[n_prompt + n_stop:], values))
+    bias = dict(zip(ids[n_prompt + n_stop:n_prompt + n_stop + n_bias], values))
+    optional = dict(zip(_OPTIONAL, settings), dry_breakers=_breakers(ids[n_ids - n_dry:]))
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat,
                             repeat_last_n=last_n, presence_penalty=presence, frequency_penalty=frequency,
                             logit_bias=bias, seed=None if flags & _FLAG_RANDOM_SEED else seed,
@@ -212,6 +215,18 @@ def decode_job(body):
     return Job(route.slot, tuple(ids[:n_prompt]), max_tokens, params, tuple(ids[n_prompt:n_prompt + n_stop]),
                route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
                None if logprobs < 0 else logprobs, route.n, _embed_of(flags), None if prompt_lp < 0 else prompt_lp)
+
+
+def _breakers(words):
+    """DRY's breakers from their u32 words (tail length, head, tail ...)."""
+    out, at = [], 0
+    while at < len(words):
+        size = words[at]
+        if at + 2 + size > len(words):
+            raise FrameError(f"SUBMIT DRY breaker at word {at} claims a {size}-token tail past the end")
+        out.append((words[at + 1], tuple(words[at + 2:at + 2 + size])))
+        at += 2 + size
+    return tuple(out)
 
 
 def one_choice(job, choice):

@@ -11,6 +11,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from pantheon.engine import sampler_filters as filters
+from pantheon.engine.dry import Dry
 from pantheon.engine.infill import MAX_CANDIDATES, infill
 from pantheon.errors import InvalidParameter
 
@@ -35,6 +36,9 @@ class SamplingParams:
     dynatemp_range (0 off) with dynatemp_exponent are llama.cpp's samplers of those names
     (pantheon.engine.sampler_filters). mirostat 1 or 2 replaces the chain after the logit bias, as in
     llama.cpp: no penalties or filters, the temperature, then mirostat with mirostat_tau and mirostat_eta.
+    dry_multiplier (0 off), dry_base, dry_allowed_length and dry_penalty_last_n (-1: the whole context, 0 off)
+    are llama.cpp's DRY after the penalties (pantheon.engine.dry); dry_breakers holds its sequence breakers as
+    ((head id, tail ids), ...) (pantheon.text.dry_breakers makes them from text).
     """
 
     temperature: float = 0.8
@@ -57,12 +61,18 @@ class SamplingParams:
     mirostat: int = 0
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_breakers: tuple = ()
 
     def __post_init__(self):
         bias = self.logit_bias
         if not isinstance(bias, Mapping):
             raise InvalidParameter(f"logit_bias must map token ids to numbers, got {bias!r}", "logit_bias")
         object.__setattr__(self, "logit_bias", MappingProxyType(dict(bias)))
+        object.__setattr__(self, "dry_breakers", _breakers(self.dry_breakers))
         self.validate()
 
     def validate(self, n_vocab=None):
@@ -76,6 +86,7 @@ class SamplingParams:
         _real("presence_penalty", self.presence_penalty)
         _real("frequency_penalty", self.frequency_penalty)
         _check_bias(self.logit_bias, n_vocab)
+        _check_breakers(self.dry_breakers, n_vocab)
         self._validate_optional()
         if self.seed is not None:
             _integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)
@@ -95,6 +106,17 @@ class SamplingParams:
         _real("mirostat_eta", self.mirostat_eta, low=0.0)
         if self.mirostat and self.infill:
             raise InvalidParameter("mirostat replaces the sampler chain, the infill sampler with it", "mirostat")
+        _real("dry_multiplier", self.dry_multiplier, low=0.0)
+        _real("dry_base", self.dry_base, low=0.0)
+        _integer("dry_allowed_length", self.dry_allowed_length, low=0, high=_INT32_MAX)
+        _integer("dry_penalty_last_n", self.dry_penalty_last_n, low=-1, high=_INT32_MAX)
+
+    def dry(self):
+        """The DRY sampler these settings ask for, or None (off, or mirostat's chain, which has none)."""
+        if self.mirostat or self.dry_multiplier == 0.0 or self.dry_base < 1.0 or self.dry_penalty_last_n == 0:
+            return None
+        return Dry(self.dry_multiplier, self.dry_base, self.dry_allowed_length, self.dry_penalty_last_n,
+                   self.dry_breakers)
 
     def for_choice(self, choice):
         """Choice `choice` of several sampled from one prompt: seed + choice, so n choices differ and a
@@ -125,6 +147,7 @@ class Sampler:
         self._bias = np.fromiter(params.logit_bias.values(), np.float32, len(params.logit_bias))  # [n_bias]
         self.mirostat = filters.Mirostat(params.mirostat, params.mirostat_tau, params.mirostat_eta,
                                          n_vocab) if params.mirostat else None
+        self.dry = params.dry()
 
     def sample(self, logits, history=()):
         """One token id from `logits` (float32 [n_vocab]) given the ids generated or prompted so far.
@@ -159,14 +182,16 @@ class Sampler:
         return self._draw(ids, kept, float(kept.max()))
 
     def adjust(self, logits, history):
-        """Logit bias then repetition penalties (llama.cpp's chain order); never writes the caller's array."""
-        if not self._bias_ids.size and not self.params.penalizes:
+        """Logit bias, repetition penalties, then DRY (llama.cpp's chain order); never writes the caller's array."""
+        if not self._bias_ids.size and not self.params.penalizes and self.dry is None:
             return logits
         out = np.array(logits, dtype=np.float32)  # [n_vocab]
         if self._bias_ids.size:
             out[self._bias_ids] += self._bias
         if self.params.penalizes:
             self._penalize(out, history)
+        if self.dry is not None:
+            self.dry.penalize(out, history)
         return out
 
     def _penalize(self, out, history):
@@ -307,3 +332,20 @@ def _check_bias(bias, n_vocab):
         if bad or math.isnan(value) or value == math.inf or (value != -math.inf and abs(value) > _F32_MAX):
             raise InvalidParameter(f"logit_bias[{token}] must be a float32 number or -inf, got {value!r}",
                                    "logit_bias")
+
+
+def _breakers(value):
+    """DRY's breakers as a tuple of (head id, tuple of tail ids); InvalidParameter for any other shape."""
+    try:
+        return tuple((operator.index(head), tuple(operator.index(t) for t in tail)) for head, tail in value)
+    except (TypeError, ValueError):
+        raise InvalidParameter(f"dry_breakers must be (head id, tail ids) pairs, got {value!r}"[:300],
+                               "dry_sequence_breakers") from None
+
+
+def _check_breakers(breakers, n_vocab):
+    for head, tail in breakers:
+        for token in (head, *tail):
+            if token < 0 or (n_vocab is not None and token >= n_vocab):
+                raise InvalidParameter(f"dry_breakers token id {token} is outside [0, {n_vocab})",
+                                       "dry_sequence_breakers")

@@ -53,6 +53,11 @@ SAMPLING = {
     "mirostat": st.integers(0, 2),
     "mirostat_tau": st.floats(0.0, float(F32.max)),
     "mirostat_eta": st.floats(0.0, float(F32.max)),
+    "dry_multiplier": st.floats(0.0, float(F32.max)),
+    "dry_base": st.floats(0.0, float(F32.max)),
+    "dry_allowed_length": st.integers(0, INT32),
+    "dry_penalty_last_n": st.integers(-1, INT32),
+    "dry_breakers": st.lists(st.tuples(U32, st.lists(U32, max_size=4).map(tuple)), max_size=6).map(tuple),
 }
 
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).

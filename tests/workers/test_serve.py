@@ -15,6 +15,7 @@ import pytest
 import pantheon
 from pantheon.engine.scheduler import Engine, EngineConfig, Request
 from pantheon.engine.sampler import SamplingParams
+from pantheon.text import dry_breakers
 from tests.conftest import shared_path
 from tests.workers.chaos_kit import fronts
 from tests.workers.serving import Server
@@ -74,6 +75,25 @@ def test_llama_cpps_optional_samplers_cross_the_rings(server, golden, sampling):
     assert status == 200, body
     want = engine_greedy(golden["llama-q8_0"], prompt, 12, SamplingParams(**params))
     assert json.loads(body)["choices"][0]["text"] == pantheon.open_tokenizer(golden["llama-q8_0"]).decode(want)
+
+
+@pytest.mark.parametrize("breaking", [False, True])
+def test_dry_and_its_breakers_cross_the_rings(server, golden, breaking):
+    """Token 1194, made the certain pick by a bias, would continue the prompt's repeat; DRY forbids it unless a breaker
+    (the text of the prompt's last token, sent as text, crossing as the token sequences the front found) ends
+    the repeat. Through the rings as in this process, where the breakers are found from the same text."""
+    tok = pantheon.open_tokenizer(golden["llama-q8_0"])
+    prompt, texts = [1, 213, 540, 867, 1194, 213, 540, 867], [tok.decode([867])] if breaking else ["\u2603"]
+    sampling = dict(temperature=0.7, dry_multiplier=1e4, dry_base=1.5, dry_allowed_length=1, dry_penalty_last_n=64)
+    status, body, _ = server.request("POST", "/v1/completions", dict(
+        sampling, model="llama", prompt=prompt, max_tokens=1, seed=7, logit_bias={"2": -100, "1194": 1000},
+        dry_sequence_breakers=texts))
+    assert status == 200, body
+    params = dict(sampling, seed=7, logit_bias={2: -100.0, 1194: 1000.0},
+                  dry_breakers=dry_breakers.breakers(tok, texts))
+    want = engine_greedy(golden["llama-q8_0"], prompt, 1, SamplingParams(**params))
+    got = json.loads(body)["choices"][0]["text"]
+    assert got == tok.decode(want) and (want == [1194]) == breaking
 
 
 def test_models_list(client):

@@ -14,6 +14,7 @@ from pantheon.serve.http.generation import Generation
 from pantheon.serve.http.logprobs import TokenText
 from pantheon.serve.http.shapes import FINGERPRINT, Envelope, total_usage
 from pantheon.engine.sampler import SamplingParams
+from pantheon.text import dry_breakers
 
 SESSION_HEADER = "X-Session-Id"
 
@@ -50,7 +51,7 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
                                 f"not fit the context of {served.n_ctx} tokens of model {served.name}", n, served.n_ctx)
     room = served.n_ctx - n
     wanted = {-1: room, None: default_max_tokens or room}.get(parsed.max_tokens, parsed.max_tokens)
-    sampling = SamplingParams(**_banned_eos(parsed, served.tokenizer.stop_ids))
+    sampling = SamplingParams(**_with_breakers(_banned_eos(parsed, served.tokenizer.stop_ids), parsed, served))
     sampling.validate(served.tokenizer.n_vocab)
     runs, field = max(parsed.n, parsed.best_of), "n" if parsed.best_of <= parsed.n else "best_of"
     if runs > served.max_choices:
@@ -62,6 +63,13 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
                              frozenset(served.tokenizer.stop_ids), session, grammar=grammar,
                              logprobs=scored, n=runs, prompt_logprobs=parsed.logprobs if parsed.echo else None,
                              reasoning_budget=parsed.reasoning_budget)
+
+
+def _with_breakers(sampling, parsed, served):
+    """DRY's sequence breakers as the model's token sequences, where DRY is on (only ids cross to a die)."""
+    if not sampling.get("dry_multiplier"):
+        return sampling
+    return dict(sampling, dry_breakers=dry_breakers.breakers(served.tokenizer, parsed.dry_sequence_breakers))
 
 
 def _banned_eos(parsed, stop_ids):

@@ -7,6 +7,8 @@ from pantheon.serve.http import sampler_order
 from pantheon.serve.http.field_types import MAX_CHOICES, MAX_TOP_LOGPROBS, bad, boolean, integer, number, show, string
 from pantheon.text import grammar as grammars
 
+MAX_BREAKERS = 64  # DRY sequence breakers per request (llama-server's default list has 4)
+
 
 def n_predict(name, v):
     """-1: until the context is full; 0: only the prompt is computed (into the prefix cache, which is
@@ -79,24 +81,29 @@ def strings(name, v):
     return v
 
 
+def breaker_texts(name, v):
+    """DRY's sequence breakers: at most MAX_BREAKERS strings (each is matched against the whole vocabulary)."""
+    strings(name, v)
+    if len(v) > MAX_BREAKERS:
+        raise bad(name, f"at most {MAX_BREAKERS} sequence breakers, got {len(v)}", "invalid_value")
+    return v
+
+
 # llama.cpp's optional samplers and their settings, run by pantheon.engine.sampler (their ranges are checked
 # there, a 400 naming the field).
 SAMPLERS = {"top_n_sigma": number, "typical_p": number, "xtc_probability": number, "xtc_threshold": number,
             "dynatemp_range": number, "dynatemp_exponent": number, "mirostat": mirostat, "mirostat_tau": number,
-            "mirostat_eta": number}
+            "mirostat_eta": number, "dry_multiplier": number, "dry_base": number, "dry_allowed_length": integer,
+            "dry_penalty_last_n": integer}
 # Samplers and options we do not run: a value that would change the output is a 400 naming the field;
 # the neutral value (what llama-server does when the field is absent) is accepted.
-UNSUPPORTED = {"dry_multiplier": zero_only, "post_sampling_probs": false_only, "tfs_z": one_only,
-               "min_keep": keep_one, "lora": null_only}
-# The settings of those samplers: they act only when the sampler is on, which the fields above refuse,
-# so any well-typed value changes nothing (chat UIs send them all the time).
-SETTINGS = {"dry_base": number, "dry_allowed_length": integer, "dry_penalty_last_n": integer,
-            "dry_sequence_breakers": strings}
+UNSUPPORTED = {"post_sampling_probs": false_only, "tfs_z": one_only, "min_keep": keep_one, "lora": null_only}
 # What a llama-server client sends to any generation route. cache_prompt, id_slot and n_keep change
 # nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
 # prompt that does not fit is refused rather than shifted. return_tokens shapes only /completion's
 # answer: the OpenAI routes have no place for token ids (llama-server ignores it there too).
-EXTRAS = dict(UNSUPPORTED, **SETTINGS, **SAMPLERS, samplers=sampler_order.samplers, n_predict=n_predict,
+EXTRAS = dict(UNSUPPORTED, **SAMPLERS, dry_sequence_breakers=breaker_texts, samplers=sampler_order.samplers,
+              n_predict=n_predict,
               ignore_eos=boolean,
               cache_prompt=boolean, id_slot=integer, n_keep=integer, grammar=string, json_schema=json_object,
               timings_per_token=boolean, t_max_predict_ms=integer, n_probs=n_probs, n_cmpl=per_prompt,

@@ -179,11 +179,14 @@ def _check_ids(name, ids, n_vocab):
 
 
 def _request(served, body, ids, session, default_max_tokens, grammar):
+    fields = (*SAMPLING, *llama_fields.SAMPLERS)
+    breakers = body.get("dry_sequence_breakers")
     parsed = validate.Parsed(max_tokens=llama_fields.generation_limit(body, "max_tokens"),
-                             sampling=sampler_order.apply({k: body[k] for k in SAMPLING if body.get(k) is not None},
+                             sampling=sampler_order.apply({k: body[k] for k in fields if body.get(k) is not None},
                                                           body.get("samplers")),
                              logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False),
-                             n=llama_fields.choice_count(body))
+                             n=llama_fields.choice_count(body),
+                             dry_sequence_breakers=None if breakers is None else tuple(breakers))
     if not ids:
         raise bad("prompt", "tokenizes to no tokens at all", "invalid_value")
     return generation_request(served, parsed, ids, session, default_max_tokens, grammar)
@@ -264,9 +267,9 @@ def picked(out, paths):
 
 
 def _settings(served, body):
-    defaults = SamplingParams()
-    params = {k: getattr(defaults, k) for k in SAMPLING if k not in ("logit_bias", "seed")}
-    applied = sampler_order.apply({k: body[k] for k in SAMPLING if k in body}, body.get("samplers"))
+    defaults, fields = SamplingParams(), (*SAMPLING, *llama_fields.SAMPLERS)
+    params = {k: getattr(defaults, k) for k in fields if k not in ("logit_bias", "seed")}
+    applied = sampler_order.apply({k: body[k] for k in fields if k in body}, body.get("samplers"))
     params.update({k: v for k, v in applied.items() if k != "logit_bias"})  # what runs, samplers applied
     return {"n_ctx": served.n_ctx, "model": served.name, **params}
 

@@ -5,25 +5,26 @@ from pantheon.serve.http.field_types import bad, show
 
 # Pantheon's chain, in llama.cpp's default order (penalties, then the filters, temperature last), with
 # llama.cpp's infill sampler (not in its default chain) where FIM clients put it: after the filters.
-CHAIN = ("penalties", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "infill", "temperature")
-# llama.cpp's names and one-letter codes for them; dry only ever runs here at its neutral setting (another
-# value is refused by name), so listing it changes nothing.
+CHAIN = ("penalties", "dry", "top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "infill", "temperature")
+# llama.cpp's names and one-letter codes for them.
 NAMES = {"penalties": "penalties", "top_k": "top_k", "top-k": "top_k", "top_p": "top_p", "top-p": "top_p",
          "nucleus": "top_p", "min_p": "min_p", "min-p": "min_p", "temperature": "temperature", "temp": "temperature",
-         "dry": None, "typ_p": "typical_p", "typ-p": "typical_p", "typical_p": "typical_p", "typical-p": "typical_p",
+         "dry": "dry", "typ_p": "typical_p", "typ-p": "typical_p", "typical_p": "typical_p", "typical-p": "typical_p",
          "typical": "typical_p", "typ": "typical_p", "xtc": "xtc", "top_n_sigma": "top_n_sigma",
          "top-n-sigma": "top_n_sigma", "infill": "infill"}
-LETTERS = {"e": "penalties", "k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature", "d": None,
+LETTERS = {"e": "penalties", "k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature", "d": "dry",
            "y": "typical_p", "x": "xtc", "s": "top_n_sigma", "i": "infill"}
 # The value that makes each sampler the identity: what a sampler left out of the list amounts to.
 NEUTRAL = {"penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-           "top_n_sigma": {"top_n_sigma": -1.0}, "top_k": {"top_k": 0}, "typical_p": {"typical_p": 1.0},
+           "dry": {"dry_multiplier": 0.0}, "top_n_sigma": {"top_n_sigma": -1.0}, "top_k": {"top_k": 0},
+           "typical_p": {"typical_p": 1.0},
            "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0}, "xtc": {"xtc_probability": 0.0},
            "temperature": {"temperature": 1.0, "dynatemp_range": 0.0}}
 # What a request that sets none of them samples with (SamplingParams' defaults).
 DEFAULTS = {k: getattr(SamplingParams(), k) for k in (
     "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty", "infill",
-    "top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range")}
+    "top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range", "dry_multiplier", "dry_base",
+    "dry_penalty_last_n")}
 
 
 def samplers(name, v):
@@ -66,6 +67,8 @@ def _acts(sampler, p):
         return p["infill"]
     if sampler == "top_n_sigma":
         return p["top_n_sigma"] > 0.0
+    if sampler == "dry":
+        return p["dry_multiplier"] != 0.0 and p["dry_base"] >= 1.0 and p["dry_penalty_last_n"] != 0
     if sampler == "xtc":
         return p["xtc_probability"] > 0.0 and p["xtc_threshold"] <= 0.5
     return p[sampler] != NEUTRAL[sampler][sampler]

@@ -48,6 +48,7 @@ class Parsed:
     min_indent: int = 0  # llama-server's n_indent: see Generation
     best_of: int = 1  # completions: candidates generated per prompt, the n best by logprob per token answered
     reasoning_budget: int = 0  # tokens of thinking before the think block is closed; 0: the model's default
+    dry_sequence_breakers: Optional[tuple] = None  # llama-server's: DRY's breakers as text (None: its default)
 
 
 
@@ -355,6 +356,11 @@ def check_restated(body, names):
                            status=exc.status) from None
 
 
+def _breaker_texts(values):
+    texts = values.get("dry_sequence_breakers")
+    return None if texts is None else tuple(texts)
+
+
 def _template_variables(values):
     """chat_template_kwargs, with reasoning_effort as a template variable unless the kwargs set it."""
     effort = {"reasoning_effort": values["reasoning_effort"]} if "reasoning_effort" in values else {}
@@ -377,4 +383,5 @@ def _parsed(values):
                   response_format=values.get("response_format"), echo=values.get("echo", False),
                   n=llama_fields.choice_count(values), ignore_eos=values.get("ignore_eos", False),
                   timings_per_token=values.get("timings_per_token", False),
-                  predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0))
+                  predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0),
+                  dry_sequence_breakers=_breaker_texts(values))

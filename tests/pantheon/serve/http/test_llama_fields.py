@@ -40,7 +40,7 @@ def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name
 
 
 @pytest.mark.parametrize("check", [chat, completion])
-@pytest.mark.parametrize("name,value", [("dry_multiplier", 0.8), ("post_sampling_probs", True),
+@pytest.mark.parametrize("name,value", [("post_sampling_probs", True),
                                         ("samplers", ["temperature", "top_p"]), ("samplers", "ik"),
                                         ("tfs_z", 0.9),
                                         ("min_keep", 5), ("lora", [])])
@@ -53,7 +53,9 @@ def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
 @pytest.mark.parametrize("check", [chat, completion])
 @pytest.mark.parametrize("name,value", [("typical_p", 0.9), ("mirostat", 2), ("mirostat_tau", 3.0),
                                         ("mirostat_eta", 0.2), ("xtc_probability", 0.5), ("xtc_threshold", 0.2),
-                                        ("dynatemp_range", 0.2), ("dynatemp_exponent", 2.0), ("top_n_sigma", 1.5)])
+                                        ("dynatemp_range", 0.2), ("dynatemp_exponent", 2.0), ("top_n_sigma", 1.5),
+                                        ("dry_multiplier", 0.8), ("dry_base", 1.5), ("dry_allowed_length", 3),
+                                        ("dry_penalty_last_n", 64)])
 def test_llama_cpps_optional_samplers_reach_the_sampler(check, name, value):
     assert check(**{name: value}).sampling[name] == value
 
@@ -73,7 +75,8 @@ def test_a_samplers_list_keeps_the_optional_samplers_it_names(check, samplers, k
                                         ("cache_prompt", "yes"), ("grammar", 5), ("grammar", "root ::= ("),
                                         ("json_schema", "{}"), ("json_schema", {"type": "frobnicate"}),
                                         ("id_slot", 1.5), ("samplers", 5), ("samplers", [1]), ("mirostat_tau", "5"),
-                                        ("dry_sequence_breakers", "\n"), ("mirostat", 3), ("mirostat", 1.5),
+                                        ("dry_sequence_breakers", "\n"), ("dry_sequence_breakers", ["x"] * 65),
+                                        ("mirostat", 3), ("mirostat", 1.5),
                                         ("typical_p", "0.9")])
 def test_bad_values_name_the_field(check, name, value):
     with pytest.raises(RequestError) as err:
@@ -199,21 +202,44 @@ def test_n_indent_and_n_predict_zero_are_taken():
     assert err.value.param == "n_indent"
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/completion"])
 @pytest.mark.parametrize("narrowing", [{"top_n_sigma": 1e-3}, {"mirostat": 2, "mirostat_tau": 0.01},
                                        {"mirostat": 1, "mirostat_tau": 0.0}])
-def test_llama_cpps_samplers_reach_the_engine(qwen, narrowing):
+def test_llama_cpps_samplers_reach_the_engine(qwen, path, narrowing):
     """At temperature 50 the golden model's draw is nearly uniform; each of these settings leaves one candidate
     (the best, within a thousandth of a deviation; nothing surprising at all; mirostat v1's k of 1 at mu 0),
     so the reply is the greedy one, and without them it is not."""
     body = {"model": "qwen2", "prompt": "Once upon a time", "max_tokens": 12, "seed": 5, "ignore_eos": True}
-    greedy = call(qwen.port, "POST", "/v1/completions", dict(body, temperature=0))[2]["choices"][0]["text"]
-    hot = dict(body, temperature=50.0, top_k=0, top_p=1.0, min_p=0.0)
-    assert call(qwen.port, "POST", "/v1/completions", hot)[2]["choices"][0]["text"] != greedy
-    status, _, out = call(qwen.port, "POST", "/v1/completions", dict(hot, **narrowing))
-    assert status == 200 and out["choices"][0]["text"] == greedy, out
+
+    def text(**extra):
+        status, _, out = call(qwen.port, "POST", path, dict(body, **extra))
+        assert status == 200, out
+        return out["content"] if path == "/completion" else out["choices"][0]["text"]
+    greedy, hot = text(temperature=0), dict(temperature=50.0, top_k=0, top_p=1.0, min_p=0.0)
+    assert text(**hot) != greedy
+    assert text(**hot, **narrowing) == greedy
 
 
 def test_an_optional_sampler_out_of_range_is_a_400_naming_it(qwen):
     for field, value in (("typical_p", 2.0), ("xtc_probability", -0.5), ("dynatemp_range", -1.0)):
         status, _, out = call(qwen.port, "POST", "/v1/completions", {"model": "qwen2", "prompt": "x", field: value})
         assert status == 400 and out["error"]["param"] == field, out
+
+
+def test_dry_steers_away_from_continuing_a_repetition(qwen):
+    """A bias makes token 700 the greedy pick; after "P 700 P" it would continue a 4-token repeat, which DRY
+    (multiplier 1000: a penalty of 1000 * 1.75 ** 2) forbids, unless the window is too short to see it or a
+    sequence breaker (the text of P's last token) ends the repeat."""
+    start = [100, 200, 300, 400]
+    body = {"model": "qwen2", "prompt": start + [700] + start, "max_tokens": 1, "temperature": 0,
+            "logit_bias": {"700": 200}}
+
+    def first(**extra):
+        status, _, out = call(qwen.port, "POST", "/completion", dict(body, n_predict=1, return_tokens=True, **extra))
+        assert status == 200, out
+        return out["tokens"][0]
+    assert first() == 700
+    assert first(dry_multiplier=1000.0) != 700
+    assert first(dry_multiplier=1000.0, dry_penalty_last_n=4) == 700
+    breaker = qwen.backend.served("qwen2").tokenizer.decode([400])
+    assert first(dry_multiplier=1000.0, dry_sequence_breakers=[breaker]) == 700

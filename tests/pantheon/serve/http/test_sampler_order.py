@@ -17,16 +17,17 @@ TAVERN = {"samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "tfs
 
 
 # what a list leaves out of the penalties and llama.cpp's optional samplers, in the tests below
-NOTHING = {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_n_sigma": -1.0,
+NOTHING = {"repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
+           "top_n_sigma": -1.0,
            "typical_p": 1.0, "xtc_probability": 0.0, "dynatemp_range": 0.0}
 
 
 def test_names_aliases_and_letters_map_onto_the_chain():
     assert sampler_order.samplers("s", ["Top-K", "nucleus", "min_p", "temp", "tfs_z", "dry", "typical", "xtc",
                                         "top-n-sigma"]) == (
-        "top_k", "top_p", "min_p", "temperature", "typical_p", "xtc", "top_n_sigma")
-    assert sampler_order.samplers("s", "edkypmxt") == ("penalties", "top_k", "typical_p", "top_p", "min_p", "xtc",
-                                                      "temperature")
+        "top_k", "top_p", "min_p", "temperature", "dry", "typical_p", "xtc", "top_n_sigma")
+    assert sampler_order.samplers("s", "edkypmxt") == ("penalties", "dry", "top_k", "typical_p", "top_p", "min_p",
+                                                      "xtc", "temperature")
     assert sampler_order.samplers("s", []) == ()
 
 
@@ -68,6 +69,7 @@ def test_the_order_of_samplers_that_act_must_be_ours():
 @pytest.mark.parametrize("sampling, order", [({"typical_p": 0.9}, ("top_p", "typ_p")),
                                              ({"xtc_probability": 0.5}, ("xtc", "min_p")),
                                              ({"top_n_sigma": 1.0}, ("top_k", "top_n_sigma")),
+                                             ({"dry_multiplier": 0.8, "repeat_penalty": 1.1}, ("dry", "penalties")),
                                              ({"dynatemp_range": 0.5, "temperature": 1.0}, ("temperature", "top_k"))])
 def test_llama_cpps_optional_samplers_keep_their_place_in_the_chain(sampling, order):
     named = sampler_order.samplers("samplers", list(order))
@@ -87,7 +89,7 @@ def test_the_order_of_samplers_that_do_nothing_is_free():
     left_out = {k: v for k, v in NOTHING.items() if k != "dynatemp_range"}  # temperature is listed
     assert sampler_order.apply({"top_p": 1.0}, ("top_p", "top_k", "min_p", "temperature")) == dict(top_p=1.0,
                                                                                                     **left_out)
-    optional_off = {k: left_out[k] for k in ("top_n_sigma", "typical_p", "xtc_probability")}
+    optional_off = {k: left_out[k] for k in ("dry_multiplier", "top_n_sigma", "typical_p", "xtc_probability")}
     assert sampler_order.apply({}, ("top_k", "penalties", "top_p", "min_p", "temperature")) == optional_off
 
 
