@@ -33,11 +33,14 @@ class MissingResponse(PantheonError):
 class ResponseStore:
     """Responses by id with their input items and the id they continue; at most `limit` bytes of JSON, the least
     recently used (stored, read, or continued) evicted first. SQLite serialises the fronts' writes and lets their
-    reads run beside them (WAL); each thread of each process opens its own connection, lazily (after the fork)."""
+    reads run beside them (WAL); within a process the threads share one connection (opened lazily, after the
+    fork) under a lock: a front's thirty-odd threads would otherwise hold ninety-odd descriptors beside its
+    client sockets, and every operation is a few primary-key statements."""
 
     def __init__(self, path, limit):
         self.path, self.limit = str(path), limit
-        self._local = threading.local()
+        self._lock = threading.RLock()
+        self._conn, self._pid = None, None
 
     def put(self, response_id, previous, body, items):
         """Store one response; False (nothing stored) when it alone is larger than the bound."""
@@ -45,7 +48,7 @@ class ResponseStore:
         size = len(body_json) + len(items_json)
         if size > self.limit:
             return False
-        with self._write() as db:
+        with self._lock, self._write() as db:
             db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
                        (response_id, previous, body_json, items_json, size, time.time_ns()))
             self._evict(db)
@@ -53,29 +56,32 @@ class ResponseStore:
 
     def get(self, response_id):
         """The stored response object (a dict), now counted as used; MissingResponse if it is not held."""
-        found = json.loads(self._row(response_id)[1])
-        self._touch([response_id])
+        with self._lock:
+            found = json.loads(self._row(response_id)[1])
+            self._touch([response_id])
         return found
 
     def input_items(self, response_id):
         """The input items the response was made from (without those of the responses it continues)."""
-        return json.loads(self._row(response_id)[2])
+        with self._lock:
+            return json.loads(self._row(response_id)[2])
 
     def conversation(self, response_id):
         """Every item of the chain that ends with `response_id`, oldest first: each response's input items, then
         its output items. The whole chain counts as used; MissingResponse names the first link not held."""
         links, ids, cursor = [], [], response_id
-        while cursor is not None:
-            previous, body, items = self._row(cursor)
-            links.append((json.loads(items), json.loads(body)["output"]))
-            ids.append(cursor)
-            cursor = previous
-        self._touch(ids)
+        with self._lock:
+            while cursor is not None:
+                previous, body, items = self._row(cursor)
+                links.append((json.loads(items), json.loads(body)["output"]))
+                ids.append(cursor)
+                cursor = previous
+            self._touch(ids)
         return [item for items, output in reversed(links) for item in items + output]
 
     def delete(self, response_id):
         """Remove one response (those continuing it keep their rows, and break at this link)."""
-        with self._write() as db:
+        with self._lock, self._write() as db:
             gone = db.execute("DELETE FROM responses WHERE id = ?", (_key(response_id),)).rowcount
         if not gone:
             raise MissingResponse(response_id)
@@ -111,17 +117,17 @@ class ResponseStore:
         return _Transaction(self)
 
     def _db(self):
-        local = self._local
-        if getattr(local, "pid", None) != os.getpid():  # a connection never crosses a fork
+        """This process's connection (the caller holds the lock); a connection never crosses a fork."""
+        if self._pid != os.getpid():
             try:
-                local.db = sqlite3.connect(self.path, timeout=BUSY_S, isolation_level=None)
-                local.db.execute("PRAGMA journal_mode=WAL")
-                local.db.execute("PRAGMA synchronous=OFF")  # a cache of answers: a host crash may lose it
-                local.db.execute(TABLE)
+                conn = sqlite3.connect(self.path, timeout=BUSY_S, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=OFF")  # a cache of answers: a host crash may lose it
+                conn.execute(TABLE)
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"the response store {self.path} cannot be opened: {exc}") from None
-            local.pid = os.getpid()
-        return local.db
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
 
 
 def _key(response_id):

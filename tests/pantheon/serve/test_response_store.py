@@ -1,6 +1,7 @@
 """The Responses store: chains, the byte bound (least recently used first), processes and threads sharing one file."""
 
 import json
+import os
 import multiprocessing
 import threading
 
@@ -140,3 +141,27 @@ def test_an_id_no_response_has_is_missing_and_named_briefly(store, response_id):
         with pytest.raises(MissingResponse) as err:
             call(response_id)
         assert len(str(err.value)) < 300
+
+
+def test_a_process_holds_one_connection_whatever_its_threads(store):
+    def reader():
+        for _ in range(5):
+            store.put("resp_x", None, body(1), items(1))
+            store.get("resp_x")
+    threads = [threading.Thread(target=reader) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fds_on(store.path)) == 1
+
+
+def fds_on(path):
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == path:
+                fds.append(fd)
+        except FileNotFoundError:  # closed since the listing
+            continue
+    return fds
