@@ -12,6 +12,7 @@ import traceback
 from ipc import reap_orphans
 from pantheon.errors import UsageError
 from pantheon.serve.dies import die_memory
+from pantheon.serve.response_store import make_store
 from workers import protocol, response_dir
 from workers.admin_desk import AdminDesk
 from workers.admission import Admission
@@ -97,6 +98,7 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         if self.config.responses_store_mb:
             self.store_path = response_dir.make(self.pid)
+            make_store(self.store_path)
         for f in range(self.config.http_workers):
             self._spawn_front(f)
         for d in self.book.used_dies():

@@ -119,15 +119,36 @@ class ResponseStore:
     def _db(self):
         """This process's connection (the caller holds the lock); a connection never crosses a fork."""
         if self._pid != os.getpid():
-            try:
-                conn = sqlite3.connect(self.path, timeout=BUSY_S, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=OFF")  # a cache of answers: a host crash may lose it
-                conn.execute(TABLE)
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"the response store {self.path} cannot be opened: {exc}") from None
-            self._conn, self._pid = conn, os.getpid()
+            self._conn, self._pid = open_store(self.path), os.getpid()
         return self._conn
+
+
+def open_store(path):
+    """A connection to the store at `path`, made WAL with its table (created if need be).
+
+    Switching a file to WAL takes it whole, and SQLite does not wait for that (the busy timeout does not
+    apply): two processes opening a new store at once see "database is locked". So the first open retries
+    until BUSY_S, and a serving tree makes the file once (make_store) before its fronts fork.
+    """
+    deadline = time.monotonic() + BUSY_S
+    while True:
+        try:
+            conn = sqlite3.connect(path, timeout=BUSY_S, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=OFF")  # a cache of answers: a host crash may lose it
+            conn.execute(TABLE)
+            return conn
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise StoreUnavailable(f"the response store {path} cannot be opened: {exc}") from None
+            time.sleep(0.01)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"the response store {path} cannot be opened: {exc}") from None
+
+
+def make_store(path):
+    """Create the store's file (WAL, its table) before the processes that share it start."""
+    open_store(path).close()
 
 
 def _key(response_id):

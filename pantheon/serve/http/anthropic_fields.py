@@ -69,7 +69,7 @@ def messages(name, v):
         where = f"{name}[{i}]"
         known_object(where, m, {"role", "content"})
         role = m.get("role")
-        if role not in ROLE_BLOCKS:
+        if not isinstance(role, str) or role not in ROLE_BLOCKS:
             raise bad(f"{where}.role", f"expected \"user\" or \"assistant\", got {show(role)}", "invalid_value")
         blocks = _blocks(f"{where}.content", m.get("content"), role)
         out.extend(_user(blocks) if role == "user" else [_assistant(blocks)])

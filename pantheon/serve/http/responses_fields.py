@@ -31,7 +31,7 @@ def _text(where, v):
     out = []
     for i, part in enumerate(v):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in PART_KEYS:
+        if not isinstance(kind, str) or kind not in PART_KEYS:
             why = "this server runs text models" if str(kind).startswith("input_") else "expected input_text"
             raise bad(f"{where}[{i}].type", f"{show(kind)} parts are not supported: {why}", "unsupported_value")
         known_object(f"{where}[{i}]", part, PART_KEYS[kind])
@@ -117,7 +117,7 @@ def input_items(name, v):
         if kind == "item_reference":
             raise bad(f"{where}.type", "item references are not supported: continue a stored response with "
                       "previous_response_id, or send the items themselves", "unsupported_value")
-        if kind not in ITEM_KEYS:
+        if not isinstance(kind, str) or kind not in ITEM_KEYS:
             raise bad(f"{where}.type", f"{show(kind)} items are not supported: expected message, function_call, "
                       "function_call_output or reasoning", "unsupported_value")
         known_object(where, item, ITEM_KEYS[kind])
@@ -191,7 +191,7 @@ def text(name, v):
     if fmt is None:
         return v
     kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if kind not in FORMAT_KEYS:
+    if not isinstance(kind, str) or kind not in FORMAT_KEYS:
         raise bad(f"{name}.format.type", f"expected text, json_object or json_schema, got {show(kind)}",
                   "invalid_value")
     known_object(f"{name}.format", fmt, FORMAT_KEYS[kind])

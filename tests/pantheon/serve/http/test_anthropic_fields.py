@@ -92,3 +92,11 @@ def test_bad_fields_are_named_as_sent(body, field):
     with pytest.raises(RequestError) as err:
         fields.parsed(checked(dict({"max_tokens": 4, "messages": USER}, **body)))
     assert str(err.value).startswith(field + ":") and err.value.status == 400
+
+
+@pytest.mark.parametrize("role", [[], {"a": 1}])
+def test_an_unhashable_role_is_a_400_naming_it(role):
+    """A JSON list or object as a role (its dict lookup raised TypeError: a 500 the hostile fuzz found)."""
+    with pytest.raises(RequestError) as err:
+        checked({"max_tokens": 1, "messages": [{"role": role, "content": ""}]})
+    assert err.value.param == "messages[0].role"

@@ -1,6 +1,10 @@
 """Responses input items folded into chat messages, and the chat body the checked fields stand for."""
 
-from pantheon.serve.http.responses_fields import chat_body, input_items, parsed
+import pytest
+
+from pantheon.serve.http import validate
+from pantheon.serve.http.errors import RequestError
+from pantheon.serve.http.responses_fields import RESPONSES, chat_body, input_items, parsed
 
 
 def _call(call_id, name="f"):
@@ -56,3 +60,16 @@ def test_the_chat_body_restates_each_field():
     assert body["reasoning_effort"] == "low" and out.template_kwargs == {"reasoning_effort": "low"}
     assert "user" not in chat_body({"input": values["input"], "prompt_cache_key": "shared"})
 
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"input": [{"type": []}]}, "input[0].type"),
+    ({"input": [{"type": {"a": 1}}]}, "input[0].type"),
+    ({"input": [{"role": "user", "content": [{"type": ["input_text"]}]}]}, "input[0].content[0].type"),
+    ({"input": "x", "text": {"format": {"type": []}}}, "text.format.type"),
+])
+def test_an_unhashable_type_is_a_400_naming_it(body, field):
+    """A JSON list or object where a type name goes (a dict lookup of it raised TypeError: a 500)."""
+    with pytest.raises(RequestError) as err:
+        validate.fields(body, RESPONSES, ())
+    assert err.value.param == field
