@@ -28,6 +28,30 @@ def _number(text):
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+# llama-cli's sampler flags: flag, SamplingParams field, type, llama.cpp's default (pantheon.engine.sampler)
+SAMPLER_FLAGS = (("--min-p", "min_p", _number, 0.05), ("--repeat-penalty", "repeat_penalty", _number, 1.0),
+                 ("--repeat-last-n", "repeat_last_n", int, 64),
+                 ("--presence-penalty", "presence_penalty", _number, 0.0),
+                 ("--frequency-penalty", "frequency_penalty", _number, 0.0), ("--typical", "typical_p", _number, 1.0),
+                 ("--top-nsigma", "top_n_sigma", _number, -1.0),
+                 ("--xtc-probability", "xtc_probability", _number, 0.0),
+                 ("--xtc-threshold", "xtc_threshold", _number, 0.1),
+                 ("--dynatemp-range", "dynatemp_range", _number, 0.0),
+                 ("--dynatemp-exp", "dynatemp_exponent", _number, 1.0), ("--mirostat", "mirostat", int, 0),
+                 ("--mirostat-lr", "mirostat_eta", _number, 0.1), ("--mirostat-ent", "mirostat_tau", _number, 5.0),
+                 ("--dry-multiplier", "dry_multiplier", _number, 0.0), ("--dry-base", "dry_base", _number, 1.75),
+                 ("--dry-allowed-length", "dry_allowed_length", int, 2),
+                 ("--dry-penalty-last-n", "dry_penalty_last_n", int, -1))
+
+
+def _add_sampler_flags(p):
+    group = p.add_argument_group("samplers (llama.cpp's names, meanings and defaults)")
+    for flag, field, kind, default in SAMPLER_FLAGS:
+        group.add_argument(flag, dest=field, type=kind, default=default, metavar="N" if kind is int else "F")
+    group.add_argument("--dry-sequence-breaker", dest="dry_sequence_breakers", action="append", metavar="TEXT",
+                       help="DRY sequence breaker; repeatable (default: newline, colon, double quote, asterisk)")
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="pantheon", description="One-shot generation and chat with a GGUF or HuggingFace model.")
     p.add_argument("--model", metavar="PATH",
@@ -48,6 +72,7 @@ def build_parser():
     p.add_argument("--bench", action="store_true", help="report tokens/s and memory; JSON last on stderr")
     p.add_argument("--version", action="store_true", help="print version, backend and build")
     p.add_argument("--backend", action="store_true", help="print the backend token")
+    _add_sampler_flags(p)
     return p
 
 

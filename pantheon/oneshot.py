@@ -1,5 +1,6 @@
 """One model, one engine, one conversation in this process: what `pantheon` runs to generate and chat."""
 
+import dataclasses
 import json
 import resource
 import sys
@@ -11,6 +12,8 @@ from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from pantheon.serve.environment import repack_from_env
 from pantheon.serve.limits import DEFAULT_CTX_CAP
+from pantheon.cli import SAMPLER_FLAGS
+from pantheon.text import dry_breakers
 from pantheon.text.detokenize import Detokenizer
 from pantheon.text.prompting import PromptBuilder
 
@@ -80,9 +83,19 @@ def _open(args):
                       repack_dir=repack_dir)
 
 
+def sampling(args):
+    """SamplingParams of the command line, checked before any model is opened (DRY's breakers come after)."""
+    fields = {field: getattr(args, field) for _, field, _, _ in SAMPLER_FLAGS}
+    return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed, **fields)
+
+
 def run(args, stdout=sys.stdout, stderr=sys.stderr):
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
-    session = Session(_open(args), params, args.max_tokens)
+    params = sampling(args)
+    model = _open(args)
+    if params.dry_multiplier:  # the breaker texts as the model's token sequences
+        params = dataclasses.replace(params, dry_breakers=dry_breakers.breakers(model.tokenizer,
+                                                                                 args.dry_sequence_breakers))
+    session = Session(model, params, args.max_tokens)
     if args.chat:
         return chat_loop(session, args.system, sys.stdin, stdout)
     ids = session.prompts.raw(args.prompt) if args.raw else session.prompts.chat([{"role": "user", "content": args.prompt}])

@@ -132,3 +132,26 @@ def test_hf_directory_and_safetensors_with_config(tmp_path):
     assert b.returncode == 0 and b.stdout == a.stdout, b.stderr
     c = run("--model", str(d / "model.safetensors"), *common)
     assert c.returncode == 1 and "give --config" in c.stderr
+
+
+def test_llama_clis_sampler_flags_reach_the_sampler():
+    model = str(shared_path("golden", "llama-q8_0.gguf"))
+    base = ("--model", model, "--prompt", "Hi", "--raw", "--max-tokens", "6", "--seed", "4")
+    greedy = run(*base, "--temperature", "0")
+    narrowed = run(*base, "--temperature", "1.5", "--mirostat", "2", "--mirostat-ent", "0.01")  # the best only
+    assert greedy.returncode == narrowed.returncode == 0, narrowed.stderr
+    assert narrowed.stdout == greedy.stdout
+    everything = ("--min-p", "0.01", "--repeat-penalty", "1.1", "--repeat-last-n", "32", "--presence-penalty", "0.1",
+                  "--frequency-penalty", "0.1", "--typical", "0.95", "--top-nsigma", "3", "--xtc-probability", "0.5",
+                  "--xtc-threshold", "0.2", "--dynatemp-range", "0.3", "--dynatemp-exp", "1.2",
+                  "--dry-multiplier", "0.8", "--dry-base", "1.75", "--dry-allowed-length", "2",
+                  "--dry-penalty-last-n", "64", "--dry-sequence-breaker", "\n", "--dry-sequence-breaker", "###")
+    first, second = run(*base, *everything), run(*base, *everything)
+    assert first.returncode == 0 and first.stdout == second.stdout, first.stderr
+
+
+@pytest.mark.parametrize("args, field", [(("--typical", "2"), "typical_p"), (("--mirostat", "3"), "mirostat"),
+                                         (("--dry-penalty-last-n", "-5"), "dry_penalty_last_n")])
+def test_a_sampler_value_out_of_range_is_refused_before_a_model_loads(args, field):
+    out = run("--model", "/nonexistent.gguf", *args)
+    assert out.returncode == 1 and field in out.stderr and "nonexistent" not in out.stderr
