@@ -17,6 +17,7 @@ from workers import protocol, response_dir
 from workers.admin_desk import AdminDesk
 from workers.admission import Admission
 from workers.commands import FailDie, FailFront, SlotEmptied, ToDie
+from workers.descriptors import fit_open_files
 from workers.dispatcher import Dispatcher
 from workers.front import front_main  # preloaded: a forked front serves at once, its pages shared
 from workers.layout import Layout
@@ -80,6 +81,7 @@ class Supervisor:
         return self.sock.getsockname()[1]
 
     def start(self):
+        fit_open_files(self.config.http.connection_limit)
         reap_orphans()
         self.layout = Layout.create(self.config.http_workers, len(self.die_list),
                                     [s["name"] for s in self.book.slots], [d.name for d in self.die_list],
