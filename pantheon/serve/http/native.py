@@ -64,6 +64,8 @@ def extra_chunks(name, v):
     return v
 
 
+# the sampling fields under /completion's own checks (its seed and logit_bias shapes); which fields sample is
+# validate.SAMPLING_FIELDS, as on the OpenAI routes
 SAMPLING = {"temperature": number, "top_k": integer, "top_p": number,
             "min_p": number, "repeat_penalty": number, "repeat_last_n": integer,
             "presence_penalty": number, "frequency_penalty": number, "seed": native_seed,
@@ -179,10 +181,10 @@ def _check_ids(name, ids, n_vocab):
 
 
 def _request(served, body, ids, session, default_max_tokens, grammar):
-    fields = (*SAMPLING, *llama_fields.SAMPLERS)
     breakers = body.get("dry_sequence_breakers")
     parsed = validate.Parsed(max_tokens=llama_fields.generation_limit(body, "max_tokens"),
-                             sampling=sampler_order.apply({k: body[k] for k in fields if body.get(k) is not None},
+                             sampling=sampler_order.apply({k: body[k] for k in validate.SAMPLING_FIELDS
+                                                          if body.get(k) is not None},
                                                           body.get("samplers")),
                              logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False),
                              n=llama_fields.choice_count(body),
@@ -267,7 +269,7 @@ def picked(out, paths):
 
 
 def _settings(served, body):
-    defaults, fields = SamplingParams(), (*SAMPLING, *llama_fields.SAMPLERS)
+    defaults, fields = SamplingParams(), validate.SAMPLING_FIELDS
     params = {k: getattr(defaults, k) for k in fields if k not in ("logit_bias", "seed")}
     applied = sampler_order.apply({k: body[k] for k in fields if k in body}, body.get("samplers"))
     params.update({k: v for k, v in applied.items() if k != "logit_bias"})  # what runs, samplers applied

@@ -2,7 +2,6 @@
 
 import gc
 import mmap
-import os
 import struct
 import time
 
@@ -16,6 +15,7 @@ from pantheon.errors import (AbsurdValue, BadMagic, GGUFError, TruncatedFile,
                              UnsupportedTensorType, UnsupportedVersion)
 from pantheon.gguf.file import open_gguf
 from tests.conftest import SHARED, shared_path
+from tests.open_files import fds_on
 from tests.pantheon.gguf.craft import VT, gguf_bytes, gstr, kv, kv_array, tinfo
 
 
@@ -63,18 +63,6 @@ def write(tmp_path, data, name="m.gguf"):
     p = tmp_path / name
     p.write_bytes(data)
     return p
-
-
-def fds_on(path):
-    """This process's descriptors open on `path`: a count other threads' sockets and pipes cannot disturb."""
-    target, fds = os.path.realpath(path), []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == target:
-                fds.append(fd)
-        except FileNotFoundError:  # closed since the listing (listdir's own descriptor, or another thread's)
-            continue
-    return fds
 
 
 def mapped(path):

@@ -1,14 +1,14 @@
 """The Responses store: chains, the byte bound (least recently used first), processes and threads sharing one file."""
 
 import json
-import os
-import sqlite3
 import multiprocessing
+import sqlite3
 import threading
 
 import pytest
 
 from pantheon.serve.response_store import MissingResponse, ResponseStore, StoreUnavailable, make_store
+from tests.open_files import fds_on
 
 
 def body(n, text="x"):
@@ -155,17 +155,6 @@ def test_a_process_holds_one_connection_whatever_its_threads(store):
     for thread in threads:
         thread.join()
     assert len(fds_on(store.path)) == 1
-
-
-def fds_on(path):
-    fds = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == path:
-                fds.append(fd)
-        except FileNotFoundError:  # closed since the listing
-            continue
-    return fds
 
 
 def test_connections_opening_a_new_store_at_once_all_store(tmp_path):
