@@ -8,11 +8,12 @@ name uses which backend, and the router fills both through the runtime API.
 import json
 import os
 
-from pantheon.serve.settings import STREAM_END_HEADER
+from pantheon.serve.settings import RESPONSE_ID_HEADER, STREAM_END_HEADER
 
 GUARD_LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_guard.lua")
 SESSION_HEADER = "x-session-id"
 INSTANCE_HEADER = "X-Pantheon-Instance"
+PREVIOUS_RESPONSE = "req.body,json_query('$.previous_response_id')"
 REQUEST_ID_HEADER = "X-Request-Id"
 # A client's id that the instances would keep too (pantheon.serve.http.request_id); others are replaced
 SANE_REQUEST_ID = r"^[A-Za-z0-9._:/+=-]{1,128}$"
@@ -147,6 +148,10 @@ def _model_backend(config, i):
                       "    balance leastconn",
                       "    stick-table type string len 128 size 100k expire 30m",
                       f"    stick on req.hdr({SESSION_HEADER}) if {{ req.hdr({SESSION_HEADER}) -m found }}",
+                      # a stored response's id -> its instance; a continuation (previous_response_id) follows
+                      f"    stick match {PREVIOUS_RESPONSE} if {{ {PREVIOUS_RESPONSE} -m found }}",
+                      f"    stick store-response res.hdr({RESPONSE_ID_HEADER}) "
+                      f"if {{ res.hdr({RESPONSE_ID_HEADER}) -m found }}",
                       "    option httpchk GET /health",
                       "    http-check expect status 200",
                       f"    http-response set-header {INSTANCE_HEADER} %[srv_name]"])

@@ -83,6 +83,9 @@ class ServeConfig:
 # closing the connection instead of with a last chunk, so that the proxy sees an instance's death as
 # an early end of input and can append an error event (pantheon/router/stream_guard.lua)
 STREAM_END_HEADER = "X-Pantheon-Stream-End"
+# the id a /v1/responses answer is stored under (the router pins it to the instance that stores it, so that
+# a previous_response_id reaches that instance)
+RESPONSE_ID_HEADER = "X-Pantheon-Response-Id"
 
 
 @dataclass(frozen=True)

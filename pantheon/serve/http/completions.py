@@ -260,3 +260,7 @@ class RestatedChat:
         choice = self.bridge.start(req, served, parsed, started, plans)[0]
         reply = self.reply(served, choice, len(plans[0].ids), values)
         answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS)
+        self.answered(resp, reply)
+
+    def answered(self, resp, reply):
+        """After the answer is set (a stream's headers are not yet sent): a route's own response headers."""

@@ -9,6 +9,7 @@ from pantheon.serve.http.completions import RestatedChat
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import bad, show
 from pantheon.serve.response_store import MissingResponse, StoreUnavailable
+from pantheon.serve.settings import RESPONSE_ID_HEADER
 
 # per output item kind: its content part's type and the stream events of that part's text
 PARTS = {"message": ("output_text", "response.output_text.delta", "response.output_text.done"),
@@ -210,6 +211,11 @@ class Responses(_Route):
 
     def reply(self, served, choice, n_prompt, values):
         return _Reply(served, choice, values, self.options.responses)
+
+    def answered(self, resp, reply):
+        """The id a stored response is kept under, for `pantheon router` to pin to this instance."""
+        if reply.store is not None:
+            resp.set_header(RESPONSE_ID_HEADER, reply.id)
 
 
 class InputTokens(_Route):

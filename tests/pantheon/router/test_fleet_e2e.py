@@ -116,6 +116,22 @@ def test_a_session_stays_on_one_instance_and_reuses_its_cache(fleet):
     assert len(homes) == 2, "four sessions should not all land on one instance under leastconn"
 
 
+def test_a_stored_response_is_continued_on_the_instance_that_stored_it(fleet):
+    """Each instance keeps its own stored responses; the router pins a response's id to its instance, so a
+    chain of previous_response_id continuations never lands where it would be a 404 (leastconn alone would
+    alternate between A's two replicas)."""
+    router, _ = fleet
+    view, where, previous = fleet_view(router), set(), None
+    for turn in range(5):
+        body = {"model": "A", "input": f"Turn {turn}.", "max_output_tokens": 2, "temperature": 0}
+        status, raw, headers = router.request("POST", "/v1/responses", dict(
+            body, **({"previous_response_id": previous} if previous else {})))
+        assert status == 200, raw
+        previous = json.loads(raw)["id"]
+        where.add(router.instance_of(headers, view))
+    assert len(where) == 1, where
+
+
 def test_the_openai_client_streams_through_the_router(fleet):
     router, _ = fleet
     client = openai.OpenAI(base_url=router.url + "/v1", api_key="unused", max_retries=0, timeout=60)

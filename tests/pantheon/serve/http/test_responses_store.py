@@ -7,6 +7,7 @@ import openai
 import pytest
 
 from pantheon.serve.response_store import ResponseStore
+from pantheon.serve.settings import RESPONSE_ID_HEADER
 from tests.pantheon.serve.http.server import CHAT_N_CTX, call, named_events, qwen_served
 
 N_CTX = CHAT_N_CTX
@@ -175,3 +176,13 @@ def test_a_hostile_path_id_is_a_404_of_bounded_size(kept, path):
         status, _, answer = call(kept.port, method, f"/v1/responses/{path}{suffix}")
         assert status == 404 and answer["error"]["param"] == "response_id", (method, suffix, answer)
         assert len(answer["error"]["message"]) < 400
+
+
+def test_a_stored_answer_names_its_id_in_a_header_for_the_router(kept):
+    body = {"model": "qwen2", "input": "Hi", "max_output_tokens": 2}
+    for extra, stored in (({}, True), ({"stream": True}, True), ({"store": False}, False)):
+        status, headers, answer = call(kept.port, "POST", "/v1/responses", dict(body, **extra))
+        named = headers.get(RESPONSE_ID_HEADER)
+        assert status == 200 and (named is not None) == stored
+        if stored and not extra:
+            assert named == answer["id"]
