@@ -14,6 +14,11 @@ GUARD_LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream_gua
 SESSION_HEADER = "x-session-id"
 INSTANCE_HEADER = "X-Pantheon-Instance"
 PREVIOUS_RESPONSE = "req.body,json_query('$.previous_response_id')"
+# which model backend stored a response: gpt0 = the backend's index + 1 (table_gpt0 gives 0 for a missing key)
+RESPONSE_HOMES = "response_homes"
+STORED_PATH = r"^/(v1/)?responses/resp_[^/]+(/input_items|/cancel)?$"
+_HOME = f"table_gpt0({RESPONSE_HOMES})"
+_STORED_ANSWER = f"{{ res.hdr({RESPONSE_ID_HEADER}) -m found }}"
 REQUEST_ID_HEADER = "X-Request-Id"
 # A client's id that the instances would keep too (pantheon.serve.http.request_id); others are replaced
 SANE_REQUEST_ID = r"^[A-Za-z0-9._:/+=-]{1,128}$"
@@ -50,7 +55,7 @@ def render(config, paths):
     """The whole haproxy.cfg text for `config` (a RouterConfig)."""
     parts = [_global(config, paths), _defaults(config), _frontend(config, paths), _control(config)]
     parts += [_model_backend(config, i) for i in range(config.max_models)]
-    parts.append(_no_model())
+    parts += [_no_model(), _response_homes()]
     return "\n".join(parts) + "\n"
 
 
@@ -104,7 +109,7 @@ def _frontend(config, paths):
     lines = ["frontend edge",
              f"    bind {_bind(config.host)}:{config.port}",
              "    acl control path /v1/models /health /v1/health",
-             "    acl control path_beg /registry/ /v1/models/"] + _request_id()
+             "    acl control path_beg /registry/ /v1/models/"] + _request_id() + _stored_response()
     if config.api_keys:
         lines.append(f"    acl key_ok req.hdr(authorization) -f {paths.keys}")
         lines.append(_return(401, "missing or unknown API key", "invalid_request_error", "invalid_api_key",
@@ -114,8 +119,12 @@ def _frontend(config, paths):
                       "body_too_large", f"{{ req.body_size gt {config.max_body} }}"),
               "    http-request set-var(txn.model) req.body,json_query('$.model') if METH_POST !control",
               _return(400, "the router needs a JSON body with a string `model`", "invalid_request_error",
-                      "model_required", "METH_POST !control !{ var(txn.model) -m found }"),
+                      "model_required", "METH_POST !control !stored !{ var(txn.model) -m found }"),
+              _return(404, "this router has no record of that response (it keeps one for 30 minutes after its "
+                      "last use); ask the instance that answered it", "invalid_request_error",
+                      "response_not_found", "stored !known_response"),
               "    use_backend control if control",
+              f"    use_backend m%[var(txn.response_id),{_HOME},sub(1)] if stored known_response",
               f"    use_backend %[var(txn.model),map({paths.models_map})] "
               f"if {{ var(txn.model),map({paths.models_map}) -m found }}",
               "    default_backend no_model"]
@@ -130,6 +139,15 @@ def _request_id():
             "    http-request set-var(txn.request_id) uuid unless request_id_ok",
             f"    http-request set-header {REQUEST_ID_HEADER} %[var(txn.request_id)]",
             f"    http-after-response set-header {REQUEST_ID_HEADER} %[var(txn.request_id)]"]
+
+
+def _stored_response():
+    """GET and DELETE /v1/responses/{id} (and its input_items, cancel) carry no `model`: the response id in
+    the path picks the model backend that stored it, and that backend's stick table picks the instance."""
+    return [f"    acl stored path_reg {STORED_PATH}",
+            "    http-request set-var(txn.response_id) path,field(4,/) if stored { path_beg /v1/ }",
+            "    http-request set-var(txn.response_id) path,field(3,/) if stored !{ path_beg /v1/ }",
+            f"    acl known_response var(txn.response_id),{_HOME} gt 0"]
 
 
 def _bind(host):
@@ -150,11 +168,18 @@ def _model_backend(config, i):
                       f"    stick on req.hdr({SESSION_HEADER}) if {{ req.hdr({SESSION_HEADER}) -m found }}",
                       # a stored response's id -> its instance; a continuation (previous_response_id) follows
                       f"    stick match {PREVIOUS_RESPONSE} if {{ {PREVIOUS_RESPONSE} -m found }}",
-                      f"    stick store-response res.hdr({RESPONSE_ID_HEADER}) "
-                      f"if {{ res.hdr({RESPONSE_ID_HEADER}) -m found }}",
+                      "    stick match var(txn.response_id) if { var(txn.response_id) -m found }",
+                      f"    stick store-response res.hdr({RESPONSE_ID_HEADER}) if {_STORED_ANSWER}",
+                      f"    http-response track-sc1 res.hdr({RESPONSE_ID_HEADER}) table {RESPONSE_HOMES} "
+                      f"if {_STORED_ANSWER}",
+                      f"    http-response sc-set-gpt0(1) {i + 1} if {_STORED_ANSWER}",
                       "    option httpchk GET /health",
                       "    http-check expect status 200",
                       f"    http-response set-header {INSTANCE_HEADER} %[srv_name]"])
+
+
+def _response_homes():
+    return "\n".join([f"backend {RESPONSE_HOMES}", "    stick-table type string len 128 size 100k expire 30m store gpt0"])
 
 
 def _no_model():

@@ -132,6 +132,33 @@ def test_a_stored_response_is_continued_on_the_instance_that_stored_it(fleet):
     assert len(where) == 1, where
 
 
+def test_a_stored_response_is_read_and_deleted_through_the_router(fleet):
+    """GET, input_items, cancel and DELETE of /v1/responses/{id} carry no `model`: the id in the path finds
+    the model backend and the instance that stored it, whichever of A's two replicas that was."""
+    router, _ = fleet
+    view, homes = fleet_view(router), {}
+    for turn in range(4):
+        status, raw, headers = router.request("POST", "/v1/responses", {
+            "model": "A", "input": f"Note {turn}.", "max_output_tokens": 2, "temperature": 0})
+        assert status == 200, raw
+        homes[json.loads(raw)["id"]] = router.instance_of(headers, view)
+    assert len(set(homes.values())) == 2, "leastconn should spread four sequential answers over both replicas"
+    for rid, home in homes.items():
+        for path in (f"/v1/responses/{rid}", f"/responses/{rid}", f"/v1/responses/{rid}/input_items"):
+            status, raw, headers = router.request("GET", path)
+            assert status == 200, (path, raw)
+            assert router.instance_of(headers, view) == home
+        assert json.loads(raw)["data"][0]["content"][0]["text"].startswith("Note")
+        status, raw, _ = router.request("POST", f"/v1/responses/{rid}/cancel")
+        assert (status, json.loads(raw)["error"]["code"]) == (400, "not_background")
+    gone = next(iter(homes))
+    status, raw, _ = router.request("DELETE", f"/v1/responses/{gone}")
+    assert (status, json.loads(raw)["deleted"]) == (200, True)
+    assert router.request("GET", f"/v1/responses/{gone}")[0] == 404
+    status, raw, _ = router.request("GET", "/v1/responses/resp_never_made")
+    assert (status, json.loads(raw)["error"]["code"]) == (404, "response_not_found")
+
+
 def test_the_openai_client_streams_through_the_router(fleet):
     router, _ = fleet
     client = openai.OpenAI(base_url=router.url + "/v1", api_key="unused", max_retries=0, timeout=60)
