@@ -132,7 +132,7 @@ def _plamo2(pieces):
 
 def test_plamo2_picks_the_best_scoring_split_with_byte_fallback():
     tok = _plamo2([("ab", -1.0), ("a", -0.4), ("b", -0.4), ("abc", -5.0), ("c", -1.0), ("▁x", -1.0)])
-    ab, a, b, abc, c = 260, 261, 262, 263, 264
+    ab, a, b, c = 260, 261, 262, 264  # 263 is "abc"
     assert tok.encode("ab", add_special=True) == [a, b]  # -0.8 beats -1.0; no BOS for PLaMo-2
     assert tok.encode("abc") == [a, b, c]  # -1.8 beats "abc" at -5.0
     # 'é' has no piece: its UTF-8 bytes, as byte tokens.
