@@ -41,7 +41,7 @@ SAMPLER_FLAGS = (("--min-p", "min_p", _number, 0.05), ("--repeat-penalty", "repe
                  ("--mirostat-lr", "mirostat_eta", _number, 0.1), ("--mirostat-ent", "mirostat_tau", _number, 5.0),
                  ("--dry-multiplier", "dry_multiplier", _number, 0.0), ("--dry-base", "dry_base", _number, 1.75),
                  ("--dry-allowed-length", "dry_allowed_length", int, 2),
-                 ("--dry-penalty-last-n", "dry_penalty_last_n", int, -1))
+                 ("--dry-penalty-last-n", "dry_penalty_last_n", int, -1), ("--min-keep", "min_keep", int, 0))
 
 
 def _add_sampler_flags(p):

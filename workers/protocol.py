@@ -74,10 +74,11 @@ MAX_DETAIL = 2000  # bytes of error detail text carried
 _ROUTE = struct.Struct("<HH4xQQ")  # slot, choices, session, prefix key: all the dispatcher reads of a job
 _JOB = struct.Struct("<qqqqQddddddIIIIIIqIqq")
 # llama.cpp's optional samplers' settings, after the job header (mirostat's version rides in the flags)
-_OPTIONAL = ("top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range", "dynatemp_exponent",
-             "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n")
+_OPTIONAL_REALS = ("top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range",
+                   "dynatemp_exponent", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base")
+_OPTIONAL = _OPTIONAL_REALS + ("dry_allowed_length", "dry_penalty_last_n", "min_keep")
 # ... then how many u32 words DRY's breakers take after the bias ids: per breaker its tail's length, head, tail
-_SAMPLERS = struct.Struct("<" + "d" * (len(_OPTIONAL) - 2) + "qqI")
+_SAMPLERS = struct.Struct("<" + "d" * len(_OPTIONAL_REALS) + "q" * (len(_OPTIONAL) - len(_OPTIONAL_REALS)) + "I")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
 _FLAG_INFILL = 4

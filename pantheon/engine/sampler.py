@@ -39,6 +39,7 @@ class SamplingParams:
     dry_multiplier (0 off), dry_base, dry_allowed_length and dry_penalty_last_n (-1: the whole context, 0 off)
     are llama.cpp's DRY after the penalties (pantheon.engine.dry); dry_breakers holds its sequence breakers as
     ((head id, tail ids), ...) (pantheon.text.dry_breakers makes them from text).
+    min_keep: top_p, min_p, typical_p and XTC keep at least this many tokens (llama.cpp's; 0 and 1 alike).
     """
 
     temperature: float = 0.8
@@ -66,6 +67,7 @@ class SamplingParams:
     dry_allowed_length: int = 2
     dry_penalty_last_n: int = -1
     dry_breakers: tuple = ()
+    min_keep: int = 0
 
     def __post_init__(self):
         bias = self.logit_bias
@@ -110,6 +112,7 @@ class SamplingParams:
         _real("dry_base", self.dry_base, low=0.0)
         _integer("dry_allowed_length", self.dry_allowed_length, low=0, high=_INT32_MAX)
         _integer("dry_penalty_last_n", self.dry_penalty_last_n, low=-1, high=_INT32_MAX)
+        _integer("min_keep", self.min_keep, low=0, high=_INT32_MAX)
 
     def dry(self):
         """The DRY sampler these settings ask for, or None (off, or mirostat's chain, which has none)."""
@@ -224,18 +227,20 @@ class Sampler:
             keep = np.flatnonzero(pool >= np.float32(filters.sigma_floor(logits, top, p.top_n_sigma)))  # [s]
             ids, pool = (keep if ids is None else ids[keep]), pool[keep]  # [s], [s]
         if p.typical_p < 1.0:
-            ids, pool = filters.typical(np.arange(n) if ids is None else ids, pool, p.typical_p)  # [t], [t]
+            ids, pool = filters.typical(np.arange(n) if ids is None else ids, pool, p.typical_p, p.min_keep)  # [t]
             top = float(pool.max())  # typical sampling may drop the best token
         mass = float(np.exp(pool - np.float32(top)).sum(dtype=np.float64)) if p.top_p < 1.0 else 1.0
         if p.min_p > 0.0:
             keep = np.flatnonzero(pool >= np.float32(top + math.log(p.min_p)))  # [m]
+            if keep.size < p.min_keep:
+                keep = _best_sorted(pool, min(p.min_keep, pool.size))  # [min_keep]
             ids, pool = (keep if ids is None else ids[keep]), pool[keep]  # [m], [m]
         if ids is None:
             ids = np.arange(n)  # [n]
         if p.top_p < 1.0:
-            ids, pool = _nucleus(ids, pool, top, mass, p.top_p)  # [m], [m]
+            ids, pool = _nucleus(ids, pool, top, mass, p.top_p, p.min_keep)  # [m], [m]
         if self._xtc_runs(ids.size):
-            ids, pool = filters.xtc(ids, pool, p.xtc_threshold)  # [x], [x]
+            ids, pool = filters.xtc(ids, pool, p.xtc_threshold, p.min_keep)  # [x], [x]
         return ids, pool
 
     def _xtc_runs(self, size):
@@ -267,16 +272,17 @@ def _greedy_finite(adjusted, raw):
     return 0
 
 
-def _nucleus(ids, pool, top, mass, top_p):
-    """The smallest best-first prefix whose probability (over `mass`) reaches top_p; at least one token."""
-    width = min(_FIRST_SORT, ids.size)
+def _nucleus(ids, pool, top, mass, top_p, min_keep):
+    """The smallest best-first prefix whose probability (over `mass`) reaches top_p, and that holds at least
+    min_keep tokens (and one)."""
+    width = min(max(_FIRST_SORT, min_keep), ids.size)
     while True:
         best = _best_sorted(pool, width)  # [w]
         cumulative = np.cumsum(np.exp(pool[best] - np.float32(top)), dtype=np.float64) / mass  # [w]
         if cumulative[-1] >= top_p or width == ids.size:
             break
         width = min(width * 4, ids.size)
-    cut = min(int(np.searchsorted(cumulative, top_p, side="left")) + 1, width)
+    cut = min(max(int(np.searchsorted(cumulative, top_p, side="left")) + 1, min_keep), width)
     return ids[best[:cut]], pool[best[:cut]]
 
 

@@ -19,29 +19,30 @@ def sigma_floor(logits, top, n):
     return top - n * float(finite.astype(np.float64).std())
 
 
-def typical(ids, pool, mass):
+def typical(ids, pool, mass, min_keep=0):
     """Locally typical sampling: the tokens whose surprise is nearest the distribution's entropy, fewest
-    first, until their probability passes `mass` (at least one)."""
+    first, until their probability passes `mass` and they are at least `min_keep` (and one)."""
     probs = softmax(pool)  # [m]
     with np.errstate(divide="ignore"):
         surprise = -np.log(probs)  # [m]
     entropy = float(np.sum(np.where(probs > 0, probs * surprise, 0.0)))
     order = np.argsort(np.abs(surprise - entropy), kind="stable")  # [m]
     cumulative = np.cumsum(probs[order])  # [m]
-    last = min(int(np.searchsorted(cumulative, mass, side="right")) + 1, order.size)
+    last = min(max(int(np.searchsorted(cumulative, mass, side="right")) + 1, min_keep), order.size)
     keep = order[:last]  # [r]
     return ids[keep], pool[keep]  # [r], [r]
 
 
-def xtc(ids, pool, threshold):
+def xtc(ids, pool, threshold, min_keep=0):
     """Exclude Top Choices: of the tokens at or above `threshold` probability, all but the least likely are
-    removed; nothing is when fewer than two reach it. (The caller draws whether XTC runs at all.)"""
+    removed; nothing is when fewer than two reach it, or when fewer than `min_keep` tokens would be left.
+    (The caller draws whether XTC runs at all.)"""
     if ids.size < 2 or threshold > 0.5:
         return ids, pool
     probs = softmax(pool)  # [m]
     order = np.argsort(-probs, kind="stable")  # [m]
     above = int(np.count_nonzero(probs >= threshold))
-    if above < 2:
+    if above < 2 or ids.size - (above - 1) < min_keep:
         return ids, pool
     keep = order[above - 1:]  # [m - above + 1]
     return ids[keep], pool[keep]

@@ -141,17 +141,22 @@ def test_llama_clis_sampler_flags_reach_the_sampler():
     narrowed = run(*base, "--temperature", "1.5", "--mirostat", "2", "--mirostat-ent", "0.01")  # the best only
     assert greedy.returncode == narrowed.returncode == 0, narrowed.stderr
     assert narrowed.stdout == greedy.stdout
+    one = ("--temperature", "10000", "--top-p", "0.01", "--min-p", "1")  # the best token alone ...
+    assert run(*base, *one).stdout == greedy.stdout
+    assert run(*base, *one, "--min-keep", "5").stdout != greedy.stdout  # ... unless five are kept
     everything = ("--min-p", "0.01", "--repeat-penalty", "1.1", "--repeat-last-n", "32", "--presence-penalty", "0.1",
                   "--frequency-penalty", "0.1", "--typical", "0.95", "--top-nsigma", "3", "--xtc-probability", "0.5",
                   "--xtc-threshold", "0.2", "--dynatemp-range", "0.3", "--dynatemp-exp", "1.2",
                   "--dry-multiplier", "0.8", "--dry-base", "1.75", "--dry-allowed-length", "2",
-                  "--dry-penalty-last-n", "64", "--dry-sequence-breaker", "\n", "--dry-sequence-breaker", "###")
+                  "--dry-penalty-last-n", "64", "--dry-sequence-breaker", "\n", "--dry-sequence-breaker", "###",
+                  "--min-keep", "3")
     first, second = run(*base, *everything), run(*base, *everything)
     assert first.returncode == 0 and first.stdout == second.stdout, first.stderr
 
 
 @pytest.mark.parametrize("args, field", [(("--typical", "2"), "typical_p"), (("--mirostat", "3"), "mirostat"),
-                                         (("--dry-penalty-last-n", "-5"), "dry_penalty_last_n")])
+                                         (("--dry-penalty-last-n", "-5"), "dry_penalty_last_n"),
+                                         (("--min-keep", "-1"), "min_keep")])
 def test_a_sampler_value_out_of_range_is_refused_before_a_model_loads(args, field):
     out = run("--model", "/nonexistent.gguf", *args)
     assert out.returncode == 1 and field in out.stderr and "nonexistent" not in out.stderr

@@ -77,6 +77,19 @@ def test_llama_cpps_optional_samplers_cross_the_rings(server, golden, sampling):
     assert json.loads(body)["choices"][0]["text"] == pantheon.open_tokenizer(golden["llama-q8_0"]).decode(want)
 
 
+def test_min_keep_crosses_the_rings(server, golden):
+    """top_p 0.01 and min_p 1 keep the best token alone; min_keep 5 keeps five, which a temperature of 1e4 makes
+    near-uniform. Through the rings as in this process, and not what the draws would be without min_keep."""
+    prompt, sampling = [1, 213, 540, 867, 1194], dict(temperature=1e4, top_k=0, top_p=0.01, min_p=1.0, min_keep=5)
+    status, body, _ = server.request("POST", "/v1/completions", dict(
+        sampling, model="llama", prompt=prompt, max_tokens=12, seed=7))
+    assert status == 200, body
+    want = engine_greedy(golden["llama-q8_0"], prompt, 12, SamplingParams(**sampling, seed=7))
+    alone = engine_greedy(golden["llama-q8_0"], prompt, 12, SamplingParams(**dict(sampling, min_keep=0), seed=7))
+    assert want != alone
+    assert json.loads(body)["choices"][0]["text"] == pantheon.open_tokenizer(golden["llama-q8_0"]).decode(want)
+
+
 @pytest.mark.parametrize("breaking", [False, True])
 def test_dry_and_its_breakers_cross_the_rings(server, golden, breaking):
     """Token 1194, made the certain pick by a bias, would continue the prompt's repeat; DRY forbids it unless a breaker

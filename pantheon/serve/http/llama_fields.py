@@ -48,13 +48,6 @@ def json_object(name, v):
     return v
 
 
-def keep_one(name, v):
-    """min_keep: every filter here keeps at least one token, which 0 and 1 both ask for."""
-    if integer(name, v) not in (0, 1):
-        raise bad(name, f"{name} is not supported (got {show(v)}); omit it or send 0", "unsupported_value")
-    return v
-
-
 def mirostat(name, v):
     """0 (off), 1 or 2: the mirostat version."""
     return integer(name, v, 0, 2)
@@ -94,10 +87,10 @@ def breaker_texts(name, v):
 SAMPLERS = {"top_n_sigma": number, "typical_p": number, "xtc_probability": number, "xtc_threshold": number,
             "dynatemp_range": number, "dynatemp_exponent": number, "mirostat": mirostat, "mirostat_tau": number,
             "mirostat_eta": number, "dry_multiplier": number, "dry_base": number, "dry_allowed_length": integer,
-            "dry_penalty_last_n": integer}
+            "dry_penalty_last_n": integer, "min_keep": integer}
 # Samplers and options we do not run: a value that would change the output is a 400 naming the field;
 # the neutral value (what llama-server does when the field is absent) is accepted.
-UNSUPPORTED = {"post_sampling_probs": false_only, "tfs_z": one_only, "min_keep": keep_one, "lora": null_only}
+UNSUPPORTED = {"post_sampling_probs": false_only, "tfs_z": one_only, "lora": null_only}
 # What a llama-server client sends to any generation route. cache_prompt, id_slot and n_keep change
 # nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
 # prompt that does not fit is refused rather than shifted. return_tokens shapes only /completion's

@@ -108,6 +108,49 @@ def test_mirostat_v2_keeps_only_tokens_no_more_surprising_than_mu():
     assert mirostat._truncated(logits_of([0.1, 0.2, 0.3, 0.4]))[0].tolist() == [3]
 
 
+# ---- min_keep, as llama.cpp's filters apply it
+
+PROBS = [0.5, 0.3, 0.15, 0.05]
+
+
+def kept(min_keep, **filters_on):
+    sampler = Sampler(SamplingParams(**dict(OPEN, **filters_on), min_keep=min_keep), 4)
+    logits = logits_of(PROBS)
+    return sorted(sampler.candidates(logits, float(logits.max()))[0].tolist())
+
+
+@pytest.mark.parametrize("min_keep, expected", [(0, [0]), (1, [0]), (3, [0, 1, 2]), (9, [0, 1, 2, 3])])
+def test_top_p_keeps_at_least_min_keep(min_keep, expected):
+    assert kept(min_keep, top_p=0.5) == expected
+
+
+@pytest.mark.parametrize("min_keep, expected", [(0, [0]), (2, [0, 1]), (9, [0, 1, 2, 3])])
+def test_min_p_keeps_at_least_min_keep_best(min_keep, expected):
+    assert kept(min_keep, min_p=0.9) == expected
+
+
+def test_top_p_and_min_p_together_keep_min_keep_in_either_order():
+    """llama.cpp runs top_p then min_p; both keep a best-first prefix of at least min_keep, so the result is
+    the shorter prefix whatever the order."""
+    assert kept(2, top_p=0.95, min_p=0.9) == [0, 1]
+    assert kept(3, top_p=0.5, min_p=0.2) == [0, 1, 2]
+
+
+def test_typical_keeps_at_least_min_keep():
+    ids, _ = filters.typical(np.arange(4), logits_of([0.97, 0.01, 0.01, 0.01]), 0.5, min_keep=3)
+    assert ids.size == 3 and 0 in ids.tolist()
+
+
+@pytest.mark.parametrize("min_keep, expected", [(0, [2, 3]), (2, [2, 3]), (3, [0, 1, 2, 3])])
+def test_xtc_removes_nothing_when_fewer_than_min_keep_would_be_left(min_keep, expected):
+    ids, _ = filters.xtc(np.arange(4), logits_of([0.4, 0.3, 0.2, 0.1]), 0.19, min_keep)
+    assert sorted(ids.tolist()) == expected
+
+
+def test_top_k_ignores_min_keep_as_llama_cpp_does():
+    assert kept(3, top_k=1) == [0]
+
+
 # ---- the chain
 
 def test_typical_may_drop_the_best_token_and_min_p_then_measures_from_the_new_best():
@@ -147,7 +190,8 @@ def test_temperature_zero_stays_greedy_whatever_the_optional_samplers():
 @pytest.mark.parametrize("field, value", [("typical_p", 1.5), ("typical_p", -0.1), ("xtc_probability", 2.0),
                                           ("xtc_threshold", -1.0), ("dynatemp_range", -0.5),
                                           ("dynatemp_exponent", -1.0), ("mirostat", 3), ("mirostat", 1.0),
-                                          ("mirostat_tau", -1.0), ("mirostat_eta", math.nan), ("top_n_sigma", math.inf)])
+                                          ("mirostat_tau", -1.0), ("mirostat_eta", math.nan), ("top_n_sigma", math.inf),
+                                          ("min_keep", -1), ("min_keep", 2**31), ("min_keep", 1.5)])
 def test_out_of_range_settings_are_refused_by_name(field, value):
     with pytest.raises(InvalidParameter) as err:
         SamplingParams(**{field: value})

@@ -42,8 +42,7 @@ def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name
 @pytest.mark.parametrize("check", [chat, completion])
 @pytest.mark.parametrize("name,value", [("post_sampling_probs", True),
                                         ("samplers", ["temperature", "top_p"]), ("samplers", "ik"),
-                                        ("tfs_z", 0.9),
-                                        ("min_keep", 5), ("lora", [])])
+                                        ("tfs_z", 0.9), ("lora", [])])
 def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
     with pytest.raises(RequestError) as err:
         check(**{name: value})
@@ -55,7 +54,7 @@ def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
                                         ("mirostat_eta", 0.2), ("xtc_probability", 0.5), ("xtc_threshold", 0.2),
                                         ("dynatemp_range", 0.2), ("dynatemp_exponent", 2.0), ("top_n_sigma", 1.5),
                                         ("dry_multiplier", 0.8), ("dry_base", 1.5), ("dry_allowed_length", 3),
-                                        ("dry_penalty_last_n", 64)])
+                                        ("dry_penalty_last_n", 64), ("min_keep", 5)])
 def test_llama_cpps_optional_samplers_reach_the_sampler(check, name, value):
     assert check(**{name: value}).sampling[name] == value
 
