@@ -12,8 +12,8 @@ TABLE = """CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY, previous TEXT, body TEXT NOT NULL, items TEXT NOT NULL,
     bytes INTEGER NOT NULL, used INTEGER NOT NULL)"""
 BUSY_S = 30.0  # how long a front waits for another front's write before the store counts as unavailable
-EVICT_BATCH = 64
-SHOWN_ID = 100  # characters of an unknown id an error message repeats (a client may send megabytes)  # least recently used rows read per eviction query
+EVICT_BATCH = 64  # least recently used rows read per eviction query
+SHOWN_ID = 100  # characters of an unknown id an error message repeats (a client may send megabytes)
 
 
 class StoreUnavailable(PantheonError):
