@@ -24,4 +24,5 @@ DEFAULT_HTTP_THREADS = 32        # requests served at once per front (a stream h
 DEFAULT_IDLE_TIMEOUT = 60        # seconds a connection may sit idle between requests
 DEFAULT_HEADER_TIMEOUT = 10      # seconds from a request's first byte to the end of its headers
 DEFAULT_BODY_LIMIT = 16 * 2**20  # bytes per request body
+DEFAULT_SSE_KEEPALIVE = 15       # seconds of silence after which a stream gets an SSE comment (nginx cuts at 60)
 DEFAULT_RESPONSES_STORE_MB = 256  # stored Responses (store: true) on disk, least recently used evicted beyond it

@@ -18,7 +18,7 @@ from pantheon.serve.limits import (DEFAULT_BATCH_SLOTS, DEFAULT_BODY_LIMIT, DEFA
                                    DEFAULT_HOST, DEFAULT_HTTP_THREADS, DEFAULT_HTTP_WORKERS, DEFAULT_IDLE_TIMEOUT,
                                    DEFAULT_MAX_SESSIONS, DEFAULT_PORT, DEFAULT_RESPONSES_STORE_MB, MAX_BATCH_SLOTS,
                                    MAX_CPU_DIES, MAX_CTX_CAP, MAX_DIES_PER_MODEL, MAX_HTTP_WORKERS, MAX_MODELS,
-                                   MAX_RESPONSES_STORE_MB, MAX_SESSIONS_LIMIT)
+                                   MAX_RESPONSES_STORE_MB, MAX_SESSIONS_LIMIT, DEFAULT_SSE_KEEPALIVE)
 
 
 class HelpRequested(Exception):
@@ -55,6 +55,7 @@ class HttpLimits:
     idle_timeout: int = DEFAULT_IDLE_TIMEOUT
     header_timeout: int = DEFAULT_HEADER_TIMEOUT
     body_limit: int = DEFAULT_BODY_LIMIT
+    sse_keepalive: int = DEFAULT_SSE_KEEPALIVE  # seconds; 0: a silent stream sends nothing
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,9 @@ FLAGS = (
          "seconds a client has to send a request's headers once it started (slow clients are cut)"),
     Flag("--body-limit", "global", "BYTES", int_in(1024, 1 << 30), str(DEFAULT_BODY_LIMIT),
          "largest request body; a larger Content-Length is refused (413) before the body is read"),
+    Flag("--sse-keepalive", "global", "S", int_in(0, 3600), str(DEFAULT_SSE_KEEPALIVE),
+         "seconds a stream may stay silent (queued, prefilling) before an SSE comment line keeps proxies from "
+         "cutting it; 0: never"),
     Flag("--batch-slots", "global", "N", int_in(1, MAX_BATCH_SLOTS), str(DEFAULT_BATCH_SLOTS),
          f"sequences decoded together per model (overrides {BATCH_SLOTS_ENV})"),
     Flag("--cpu-dies", "global", "N", int_in(1, MAX_CPU_DIES), str(DEFAULT_CPU_DIES),
@@ -321,7 +325,8 @@ def _http_limits(opts):
                       threads=opts.get("--http-threads", DEFAULT_HTTP_THREADS),
                       idle_timeout=opts.get("--idle-timeout", DEFAULT_IDLE_TIMEOUT),
                       header_timeout=opts.get("--header-timeout", DEFAULT_HEADER_TIMEOUT),
-                      body_limit=opts.get("--body-limit", DEFAULT_BODY_LIMIT))
+                      body_limit=opts.get("--body-limit", DEFAULT_BODY_LIMIT),
+                      sse_keepalive=opts.get("--sse-keepalive", DEFAULT_SSE_KEEPALIVE))
 
 
 def _demo_path():

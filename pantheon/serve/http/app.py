@@ -18,6 +18,7 @@ from pantheon.serve.http.rerank import Rerank
 from pantheon.serve.http.responses import InputTokens, Responses, Stored
 from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
+from pantheon.serve.limits import DEFAULT_SSE_KEEPALIVE
 from pantheon.serve.metrics import OTHER
 
 RERANK_ROUTES = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")  # llama-server answers all four
@@ -57,7 +58,7 @@ class _CountRequests:
 
 def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_limit=16 * 2**20,
                fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True, cors_origins=(),
-               reasoning_format="auto", response_store=None):
+               reasoning_format="auto", response_store=None, sse_keepalive=DEFAULT_SSE_KEEPALIVE):
     """A falcon.App (WSGI) serving the OpenAI API over `backend` (pantheon.serve.http.backend.Backend).
 
     api_keys: bearer keys; empty means no auth. metrics: this process's pantheon.serve.metrics.Recorder
@@ -69,6 +70,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     in content; "auto"/"deepseek" move it to reasoning_content (a request's reasoning_format wins).
     response_store: a pantheon.serve.response_store.ResponseStore for the Responses API's stored responses
     (previous_response_id, GET /v1/responses/{id}); None: responses are made as with store false.
+    sse_keepalive: seconds of silence after which an SSE stream gets a comment line (0: never).
     The OpenAI routes answer with and without the /v1 prefix, as bare base URLs call them.
     """
     middleware = [RequestId(), Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys),
@@ -78,7 +80,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.req_options.strip_url_path_trailing_slash = True
     errors.install(app)
     options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch(), reasoning_format,
-                      response_store)
+                      response_store, sse_keepalive)
     for prefix in ("/v1", ""):
         models = Models(backend)
         app.add_route(f"{prefix}/models", models)

@@ -11,6 +11,7 @@ from pantheon.serve.http.backend import BackendError, ContextOverBudget, Generat
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
 from pantheon.serve.http.generation import Generation
+from pantheon.serve.http.keepalive import KeepAlive
 from pantheon.serve.http.logprobs import TokenText
 from pantheon.serve.http.shapes import FINGERPRINT, Envelope, total_usage
 from pantheon.engine.sampler import SamplingParams
@@ -30,6 +31,7 @@ class Options:
     watch: DisconnectWatch = None
     reasoning_format: str = "auto"  # --reasoning-format: "none" leaves <think> text in content
     responses: object = None  # pantheon.serve.response_store.ResponseStore, or None: no response is stored
+    keepalive: float = 0.0  # seconds of silence after which an SSE stream gets a comment line (0: never)
 
 
 def resolve(backend, name):
@@ -91,27 +93,29 @@ class Plan:
 
 
 class SseBody:
-    """The WSGI body of a stream; close() (waitress calls it when the socket dies) cancels the generations."""
+    """The WSGI body of a stream; close() (waitress calls it when the socket dies) cancels the generations.
+    keepalive > 0: a comment line after that many seconds of silence (pantheon.serve.http.keepalive)."""
 
-    def __init__(self, events, *generations):
-        self._events, self._generations = events, generations
+    def __init__(self, events, *generations, keepalive=0.0):
+        self._events, self._generations = (KeepAlive(events, keepalive) if keepalive > 0 else events), generations
 
     def __iter__(self):
-        return self._events
+        return iter(self._events)
 
     def close(self):
-        self._events.close()
         for generation in self._generations:
             generation.cancel()
+        self._events.close()
 
 
-def answer_one(resp, gen, stream, events, whole, content_type=sse.CONTENT_TYPE, headers=None):
+def answer_one(resp, gen, stream, events, whole, content_type=sse.CONTENT_TYPE, headers=None, keepalive=0.0):
     """A single started generation's answer: its `events` streamed (a closed socket cancels it), else the
-    body `whole()` builds, after which the generation is cancelled (a no-op once it ended)."""
+    body `whole()` builds, after which the generation is cancelled (a no-op once it ended). keepalive: see
+    SseBody (0 for a body that is not SSE)."""
     if stream:
         resp.content_type = content_type
         resp.set_headers(headers or {})
-        resp.stream = SseBody(events, gen)
+        resp.stream = SseBody(events, gen, keepalive=keepalive)
         return
     try:
         resp.media = whole()
@@ -140,7 +144,7 @@ class _GenerateResource:
         if parsed.stream:
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)
-            resp.stream = SseBody(self._events(picks, env), *(c.gen for c in picks))
+            resp.stream = SseBody(self._events(picks, env), *(c.gen for c in picks), keepalive=self.options.keepalive)
         else:
             try:
                 bodies = best_of.best(picks, [choices.whole(env, c) for c in picks], parsed.n, parsed.best_of)
@@ -259,7 +263,8 @@ class RestatedChat:
         plans = self.bridge.prepare(served, parsed, prefill)
         choice = self.bridge.start(req, served, parsed, started, plans)[0]
         reply = self.reply(served, choice, len(plans[0].ids), values)
-        answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS)
+        answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS,
+                   keepalive=self.options.keepalive)
         self.answered(resp, reply)
 
     def answered(self, resp, reply):

@@ -98,7 +98,8 @@ class NativeCompletion:
         if body.get("stream", False):
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)
-            resp.stream = SseBody(choices.merged([r.events() for r in replies]), *gens)
+            resp.stream = SseBody(choices.merged([r.events() for r in replies]), *gens,
+                                  keepalive=self.options.keepalive)
             return
         try:
             out = [r.final("".join(r.gen.pieces())) for r in replies]
