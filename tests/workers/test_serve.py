@@ -17,7 +17,7 @@ from pantheon.engine.scheduler import Engine, EngineConfig, Request
 from pantheon.engine.sampler import SamplingParams
 from pantheon.text import dry_breakers
 from tests.conftest import shared_path
-from tests.workers.chaos_kit import fronts
+from tests.workers.chaos_kit import dies, fronts
 from tests.workers.serving import Server
 from workers import response_dir
 
@@ -33,7 +33,7 @@ def golden():
 
 @pytest.fixture(scope="module")
 def server(golden):
-    srv = Server(["--cpu-dies", "2", "--http-workers", "2",
+    srv = Server(["--cpu-dies", "2", "--http-workers", "2", "--sse-keepalive", "1",
                   "--model", golden["qwen2-q8_0"], "--name", "qwen", "--dies", "cpu0", "--ctx-cap", "64",
                   "--model", golden["llama-q8_0"], "--name", "llama", "--dies", "cpu1", "--max-concurrent", "1",
                   "--model", golden["llama-q4_0"], "--name", "rep", "--dies", "cpu0",
@@ -234,6 +234,22 @@ def test_max_concurrent_queues_then_429(server):
     assert codes.count(200) == 2 and codes.count(429) == 2, codes
     refused = [r for r in results.values() if r[0] == 429][0]
     assert int(refused[2]["Retry-After"]) >= 1
+
+
+def test_a_silent_stream_gets_keepalive_comments_until_its_tokens(server):
+    """--sse-keepalive 1: while llama's die is frozen (2.5 s, well under the 10 s hang timeout) its stream
+    sends comment lines, then its tokens."""
+    pid = dies(server)["cpu1"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    thaw = threading.Timer(2.5, os.kill, (pid, signal.SIGCONT))
+    thaw.start()
+    try:
+        sock, seen = server.open_stream({"model": "llama", "prompt": "x", "max_tokens": 2})
+        sock.close()
+    finally:
+        thaw.join()
+        os.kill(pid, signal.SIGCONT)
+    assert seen.count(b": waiting ") >= 2 and seen.index(b": waiting") < seen.index(b"data:"), seen
 
 
 def test_client_disconnect_frees_the_slot(server):
