@@ -169,7 +169,7 @@ def remote_size(url, headers=None):
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             size = r.headers.get("X-Linked-Size") or r.headers.get("Content-Length")
-            return int(size) if size and size.isdigit() else None
+            return int(size) if size and size.isascii() and size.isdigit() else None  # "²".isdigit()
     except urllib.error.HTTPError as e:
         raise HubError(f"{_redact(url)}: HTTP {e.code} {e.reason}") from None
     except (urllib.error.URLError, OSError) as e:

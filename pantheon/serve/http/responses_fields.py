@@ -1,5 +1,6 @@
 """OpenAI's Responses request bodies checked under their own field names and restated as chat fields."""
 
+import re
 import uuid
 
 from pantheon.serve.http import validate
@@ -19,6 +20,7 @@ FORMAT_KEYS = {"text": {"type"}, "json_object": {"type"},
 # include values: reasoning items always carry their text (nothing is encrypted); logprobs as asked
 INCLUDES = ("reasoning.encrypted_content", "message.output_text.logprobs")
 ITEM_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+PAGE_LIMIT = re.compile(r"[0-9]{1,3}")  # ASCII only: "²".isdigit() is true and int("²") fails; int("٣") is 3
 STATELESS = "this server stores no responses (--responses-store 0): send the whole conversation as input"
 
 
@@ -299,7 +301,7 @@ def item_page(items, params):
     if order not in ("asc", "desc"):
         raise bad("order", f"expected asc or desc, got {show(order)}", "invalid_value")
     limit = params.get("limit", "20")
-    if not (isinstance(limit, str) and limit.isdigit() and 1 <= int(limit) <= 100):
+    if not (isinstance(limit, str) and PAGE_LIMIT.fullmatch(limit) and 1 <= int(limit) <= 100):
         raise bad("limit", f"expected an integer from 1 to 100, got {show(limit)}", "invalid_value")
     ordered = items if order == "asc" else items[::-1]
     after = params.get("after")

@@ -105,7 +105,9 @@ def test_input_items_list_the_requests_own_items_in_pages(client):
 
 
 @pytest.mark.parametrize("query, param", [("limit=0", "limit"), ("limit=101", "limit"), ("limit=x", "limit"),
-                                          ("order=sideways", "order"), ("after=msg_nope", "after")])
+                                          ("order=sideways", "order"), ("after=msg_nope", "after"),
+                                          ("limit=%C2%B2", "limit"), ("limit=%D9%A3", "limit"),
+                                          ("limit=1&limit=2", "limit"), ("order=asc&order=desc", "order")])
 def test_a_bad_input_items_query_is_a_400_naming_it(client, kept, query, param):
     got = create(client, input="Hi")
     status, _, answer = call(kept.port, "GET", f"/v1/responses/{got.id}/input_items?{query}")
