@@ -10,6 +10,7 @@ from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
 from pantheon.serve.http.errors import RequestError, error_body
+from pantheon.serve.http.fim import fim_prompt
 from pantheon.serve.http.generation import Generation
 from pantheon.serve.http.keepalive import KeepAlive
 from pantheon.serve.http.logprobs import TokenText
@@ -213,9 +214,24 @@ class Completions(_GenerateResource):
     schema, required = validate.COMPLETIONS, ("prompt",)
 
     def prepare(self, served, parsed):
-        """One choice per prompt of the list, in order."""
+        """One choice per prompt of the list, in order; with a `suffix`, each prompt is the text before a gap
+        that the model fills (OpenAI's insert mode, a FIM prompt as Ollama's `suffix` and llama-server's
+        /infill build it)."""
+        if parsed.suffix is not None:
+            return [Plan(self.fill_ids(served, p, parsed), grammar=parsed.grammar) for p in parsed.prompt]
         return [Plan(self.prompt_ids(served, p), grammar=parsed.grammar,
                      echo=self.echo_text(served, p) if parsed.echo else "") for p in parsed.prompt]
+
+    @staticmethod
+    def fill_ids(served, prompt, parsed):
+        if parsed.echo:
+            raise RequestError("suffix: echo and suffix do not combine (the answer goes in the middle)",
+                               param="suffix", code="invalid_value")
+        if not isinstance(prompt, str):
+            raise RequestError("suffix: the prompt must be text to fill a gap after it", param="prompt",
+                               code="invalid_type")
+        check_text_fits(served, prompt + parsed.suffix, "the prompt and suffix")
+        return fim_prompt(served.tokenizer, served.prompts.raw(""), prompt, parsed.suffix, param="suffix")
 
     @staticmethod
     def echo_text(served, prompt):

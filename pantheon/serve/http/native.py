@@ -7,14 +7,14 @@ from pantheon.serve.http import chat_plan, choices, json_body, llama_fields, sam
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import SESSION_HEADER, SseBody, generation_request, resolve
 from pantheon.serve.http.disconnect import disconnect_check
-from pantheon.serve.http.errors import RequestError, error_body
+from pantheon.serve.http.errors import error_body
+from pantheon.serve.http.fim import fim_prompt
 from pantheon.serve.http.field_types import bad, boolean, integer, number, positive, string
 from pantheon.serve.http.generation import Generation
 from pantheon.serve.http.logprobs import TokenText, native_probabilities
 from pantheon.engine.sampler import SamplingParams
 
 # The marks a fill-in-the-middle prompt needs (the tokenizer finds them as llama.cpp does: GGUF keys, then texts).
-FIM_MARKS = ("fim_pre", "fim_suf", "fim_mid")
 
 
 def native_seed(name, v):
@@ -147,32 +147,6 @@ class Infill(NativeCompletion):
     def prompt_ids(self, served, body):
         return fim_prompt(served.tokenizer, served.prompts.raw(""), body.get("input_prefix", ""),
                           body.get("input_suffix", ""), body.get("input_extra", ()), body.get("prompt", ""))
-
-
-def fim_prompt(tok, bos, prefix, suffix, extra=(), prompt=""):
-    """[BOS] (extra files) PRE prefix SUF suffix MID prompt, in llama.cpp's prefix-suffix-middle order."""
-    marks = tok.fim_ids
-    if not has_fim(tok):
-        raise RequestError("this model's vocabulary has no fill-in-the-middle tokens; /infill needs a code model "
-                           "with FIM tokens", code="not_supported", param="input_prefix")
-    if isinstance(prompt, list):
-        raise bad("prompt", "/infill takes prompt as text", "invalid_type")
-    sep = marks["fim_sep"]
-    head = list(bos)
-    for chunk in extra:
-        text = f"{chunk.get('filename', '')}\n{chunk.get('text', '')}"
-        head += ([sep] if sep is not None else []) + _plain(tok, text)
-    return (head + [marks["fim_pre"]] + _plain(tok, prefix) + [marks["fim_suf"]] + _plain(tok, suffix)
-            + [marks["fim_mid"]] + _plain(tok, prompt))
-
-
-def has_fim(tok):
-    """Whether the vocabulary has the three marks of a fill-in-the-middle prompt."""
-    return all(tok.fim_ids[role] is not None for role in FIM_MARKS)
-
-
-def _plain(tok, text):
-    return tok.encode(text, add_special=False, parse_special=False) if text else []
 
 
 def _check_ids(name, ids, n_vocab):

@@ -10,7 +10,7 @@ from pantheon.serve.http.backend import BackendError, UnknownModel
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.completions import ChatCompletions, Plan, answer_one, resolve
 from pantheon.serve.http.field_types import bad
-from pantheon.serve.http.native import fim_prompt
+from pantheon.serve.http.fim import fim_prompt
 
 CONTENT_TYPE = "application/x-ndjson"
 NS = 1_000_000_000  # Ollama reports every duration in nanoseconds

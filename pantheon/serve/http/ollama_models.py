@@ -8,7 +8,7 @@ from pantheon.serve.http import json_body, ollama_fields, validate
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.embeddings import EUCLIDEAN, embed_all, normalized, pooling, token_lists
 from pantheon.serve.http.field_types import bad
-from pantheon.serve.http.native import has_fim
+from pantheon.serve.http.fim import has_fim
 from pantheon.serve.http.ollama import NS, now, resolve_tagged, shown_name
 
 

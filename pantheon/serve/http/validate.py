@@ -39,6 +39,7 @@ class Parsed:
     template_kwargs: dict = field(default_factory=dict)
     response_format: Optional[dict] = None
     echo: bool = False  # completions: the prompt's text leads the answer
+    suffix: Optional[str] = None  # completions: text after the gap; the prompt is filled in the middle
     logprobs: Optional[int] = None  # None: no logprobs; k: each token's logprob and its k best alternatives
     n: int = 1  # choices per prompt, sampled from one prompt prefill
     grammar: Optional[str] = None  # compiled llama-server `grammar` or `json_schema` the answer follows
@@ -277,7 +278,7 @@ CHAT = dict(COMMON, **CHAT_LENIENT, **llama_fields.EXTRAS, messages=messages, ma
             chat_template_kwargs=template_kwargs, reasoning_effort=reasoning_effort, logprobs=boolean,
             top_logprobs=top_logprobs)
 COMPLETIONS = dict(COMMON, **LENIENT, **llama_fields.EXTRAS, prompt=prompt, logprobs=top_logprobs, echo=boolean,
-                   best_of=best_of, suffix=llama_fields.null_only)
+                   best_of=best_of, suffix=string)
 TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
             "with_pieces": boolean}
 DETOKENIZE = {"model": string, "tokens": token_ids}
@@ -381,6 +382,7 @@ def _parsed(values):
                   reasoning_format=values.get("reasoning_format"),
                   template_kwargs=_template_variables(values),
                   response_format=values.get("response_format"), echo=values.get("echo", False),
+                  suffix=values.get("suffix"),
                   n=llama_fields.choice_count(values), ignore_eos=values.get("ignore_eos", False),
                   timings_per_token=values.get("timings_per_token", False),
                   predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0),

@@ -7,8 +7,7 @@ import pytest
 from gguf import GGUFValueType
 
 import pantheon
-from pantheon.serve.http.errors import RequestError
-from pantheon.serve.http.native import fim_prompt, picked
+from pantheon.serve.http.native import picked
 from tests.conftest import shared_path
 from tests.ggufcraft import rewrite
 from tests.pantheon.serve.http.server import Served, call, greedy_ids
@@ -130,21 +129,6 @@ def test_props_slots_and_apply_template(qwen):
 def test_infill_needs_fim_tokens(qwen):
     status, _, out = call(qwen.port, "POST", "/infill", {"input_prefix": "def f(", "input_suffix": "):\n"})
     assert status == 400 and out["error"]["code"] == "not_supported"
-
-
-class _FimTok:
-    fim_ids = {"fim_pre": 100, "fim_suf": 101, "fim_mid": 102, "fim_sep": 103}
-
-    @staticmethod
-    def encode(text, add_special=False, parse_special=False):
-        return [ord(c) for c in text]
-
-
-def test_fim_prompt_is_prefix_suffix_middle_with_extra_files():
-    ids = fim_prompt(_FimTok, [1], "ab", "c", [{"filename": "x", "text": "y"}], "d")
-    assert ids == [1, 103, ord("x"), 10, ord("y"), 100, ord("a"), ord("b"), 101, ord("c"), 102, ord("d")]
-    with pytest.raises(RequestError):
-        fim_prompt(type("NoFim", (), {"fim_ids": dict.fromkeys(_FimTok.fim_ids)}), [], "a", "b")
 
 
 def test_infill_on_a_model_whose_gguf_names_its_fim_tokens(tmp_path):
