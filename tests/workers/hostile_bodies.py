@@ -1,5 +1,7 @@
 """Hypothesis strategies for hostile request bodies: structural junk and numeric extremes per field."""
 
+from urllib.parse import quote
+
 from hypothesis import strategies as st
 
 from pantheon.serve.http import (anthropic_fields, embeddings, ollama_fields, rerank, responses_fields,
@@ -192,3 +194,25 @@ ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), (
              ("/v1/messages", anthropic_messages), ("/v1/responses", responses)]
 requests = st.one_of(*[st.tuples(st.just(path), body) for path, body in ENDPOINTS],
                      st.tuples(st.sampled_from([p for p, _ in ENDPOINTS]), raw_bodies))
+
+# ---- request lines: methods, paths and query strings of the routes that take no body
+ROUTES = ["/v1/models", "/models", "/v1/models/{}", "/models/{}/{}", "/health", "/v1/health", "/metrics", "/props",
+          "/slots", "/v1/responses/{}", "/responses/{}", "/v1/responses/{}/input_items", "/v1/responses/{}/cancel",
+          "/api/tags", "/api/ps", "/api/version", "/admin/models", "/admin/dies", "/{}", "/v1/{}", "/api/{}"]
+METHODS = ["GET", "GET", "GET", "DELETE", "HEAD", "OPTIONS", "POST", "PUT", "PATCH"]
+ODD = ["%zz", "%", "%00", "%2F", "%2e%2e", "..", "resp_", "resp_%FF%FE", "a%20b", "%C2%B2", "%D9%A3", "~", "x" * 3000]
+segment = st.one_of(st.text(max_size=12).map(lambda t: quote(t, safe="")), st.sampled_from(ODD))
+query_pair = st.tuples(st.one_of(st.sampled_from(["model", "limit", "order", "after", "id", "fail_on_no_slot"]),
+                                 segment),
+                       st.one_of(segment, st.sampled_from(UNICODE_DIGITS).map(lambda t: quote(t, safe="")),
+                                 st.sampled_from(["asc", "desc", "1", "100", "0", "-1", "m", "true"])))
+query = st.lists(query_pair, max_size=4).map(lambda pairs: "&".join(f"{k}={v}" for k, v in pairs))
+
+
+@st.composite
+def request_lines(draw):
+    """(method, path with query): a route's path with its {} filled by junk segments, and a query string."""
+    route = draw(st.sampled_from(ROUTES))
+    path = route.format(*[draw(segment) for _ in range(route.count("{}"))])
+    q = draw(query)
+    return draw(st.sampled_from(METHODS)), path + (f"?{q}" if q else "")

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 from pantheon.demo import demo_model_path
 from tests.pantheon.gguf.craft import VT, gguf_bytes, gstr, kv
-from tests.workers.hostile_bodies import requests
+from tests.workers.hostile_bodies import request_lines, requests
 from tests.workers.serving import Server
 
 FUZZ_CASES, FUZZ_CASES_SLOW = 2_000, 20_000
@@ -52,7 +52,10 @@ class Client:
         self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
 
     def post(self, path, raw):
-        self.conn.request("POST", path, raw, {"Content-Type": "application/json"})
+        return self.send("POST", path, raw, {"Content-Type": "application/json"})
+
+    def send(self, method, target, body=None, headers=None):
+        self.conn.request(method, target, body, headers or {})
         resp = self.conn.getresponse()
         body = resp.read()
         if resp.getheader("Connection", "").lower() == "close":
@@ -88,6 +91,26 @@ def test_fuzz_every_endpoint_body(server, request):
                 else (b'{"type":"message_stop"}',)
             last = out.rstrip().rsplit(b"\n\n", 1)[-1]
             assert b"event: error" not in out and any(end in last for end in ends), (path, raw[:300], out[-300:])
+
+    one()
+    client.close()
+    assert_unharmed(server, kids)
+
+
+def test_fuzz_every_route_without_a_body(server, request):
+    """Methods, junk path segments (bad percent-escapes, Unicode digits, long ids) and query strings on the
+    routes that read the path or the query: never a 5xx, a death or a hang."""
+    kids = server.children()
+    client = Client(server)
+    cases = FUZZ_CASES_SLOW if request.config.getoption("--run-slow") else FUZZ_CASES
+
+    @settings(max_examples=cases, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(request_lines())
+    def one(line):
+        method, target = line
+        status, out = client.send(method, target, b"" if method in ("POST", "PUT", "PATCH") else None)
+        assert status < 500, (method, target, status, out[:500])
 
     one()
     client.close()
