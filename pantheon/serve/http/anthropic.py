@@ -3,11 +3,12 @@
 import json
 import uuid
 
-from pantheon.serve.http import anthropic_fields, chat_plan, sse
+from pantheon.serve.http import anthropic_fields, anthropic_models, chat_plan, sse
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import RestatedChat
 
 PATHS = ("/v1/messages", "/messages")
+MODEL_PATHS = ("/v1/models", "/models")
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}  # OpenAI's finish reason -> Anthropic's
 # Anthropic's error type for each HTTP status its clients see
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -21,10 +22,12 @@ def error(message, status):
 
 
 class AnthropicErrors:
-    """Falcon middleware: an error under /v1/messages is Anthropic's {"type": "error", "error": {...}}."""
+    """Falcon middleware: an error under /v1/messages, or of /v1/models asked by an Anthropic client (it sends
+    anthropic-version), is Anthropic's {"type": "error", "error": {...}}."""
 
     def process_response(self, req, resp, resource, req_succeeded):
-        body = resp.media if req.path.startswith(PATHS) else None
+        ours = req.path.startswith(PATHS) or (req.path.startswith(MODEL_PATHS) and anthropic_models.asks(req))
+        body = resp.media if ours else None
         if isinstance(body, dict) and isinstance(body.get("error"), dict) and body.get("type") != "error":
             resp.media = error(body["error"].get("message", "error"), int(resp.status_code))
 

@@ -1,6 +1,6 @@
 """The cheap routes: /v1/models(/{model}), /health, /metrics, /tokenize, /detokenize (never wait on a generation)."""
 
-from pantheon.serve.http import json_body, validate
+from pantheon.serve.http import anthropic_models, json_body, validate
 from pantheon.serve.http.backend import UnknownModel
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.completions import resolve
@@ -16,15 +16,21 @@ class Models:
         self.backend = backend
 
     def on_get(self, req, resp):
-        resp.media = {"object": "list", "data": [_model_entry(info) for info in self.backend.models()]}
+        """OpenAI's list, or Anthropic's page for a client that names its anthropic-version."""
+        infos = self.backend.models()
+        if anthropic_models.asks(req):
+            resp.media = anthropic_models.page(infos, req.params)
+            return
+        resp.media = {"object": "list", "data": [_model_entry(info) for info in infos]}
 
     def on_get_one(self, req, resp, model):
-        """GET /v1/models/{model} (OpenAI's models.retrieve): one entry, or a 404 model_not_found."""
+        """GET /v1/models/{model} (OpenAI's models.retrieve, Anthropic's models.retrieve): one entry, or a 404
+        model_not_found."""
         info = next((i for i in self.backend.models() if i.name == model), None)
         if info is None:
             raise UnknownModel(f"model {model!r} is not served; available: "
                                f"{', '.join(i.name for i in self.backend.models())}")
-        resp.media = _model_entry(info)
+        resp.media = anthropic_models.entry(info) if anthropic_models.asks(req) else _model_entry(info)
 
 
 def _model_entry(info):
