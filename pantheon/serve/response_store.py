@@ -8,9 +8,11 @@ import time
 
 from pantheon.errors import PantheonError
 
+# owner: the pid of the front generating a background response while it is pending (NULL once settled)
 TABLE = """CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY, previous TEXT, body TEXT NOT NULL, items TEXT NOT NULL,
-    bytes INTEGER NOT NULL, used INTEGER NOT NULL)"""
+    bytes INTEGER NOT NULL, used INTEGER NOT NULL, owner INTEGER)"""
+PENDING = ("queued", "in_progress")  # a background response's statuses before it settles
 BUSY_S = 30.0  # how long a front waits for another front's write before the store counts as unavailable
 EVICT_BATCH = 64  # least recently used rows read per eviction query
 SHOWN_ID = 100  # characters of an unknown id an error message repeats (a client may send megabytes)
@@ -42,24 +44,64 @@ class ResponseStore:
         self._lock = threading.RLock()
         self._conn, self._pid = None, None
 
-    def put(self, response_id, previous, body, items):
-        """Store one response; False (nothing stored) when it alone is larger than the bound."""
+    def put(self, response_id, previous, body, items, owner=None):
+        """Store one response; False (nothing stored) when it alone is larger than the bound. `owner`: the pid
+        generating a pending background response (its status queued or in_progress)."""
         body_json, items_json = json.dumps(body), json.dumps(items)
         size = len(body_json) + len(items_json)
         if size > self.limit:
             return False
         with self._lock, self._write() as db:
-            db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                       (response_id, previous, body_json, items_json, size, time.time_ns()))
+            db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (response_id, previous, body_json, items_json, size, time.time_ns(), owner))
             self._evict(db)
         return True
 
     def get(self, response_id):
-        """The stored response object (a dict), now counted as used; MissingResponse if it is not held."""
+        """The stored response object (a dict), now counted as used; MissingResponse if it is not held. A pending
+        background response whose owner died reads as failed."""
         with self._lock:
-            found = json.loads(self._row(response_id)[1])
+            owner, body = self._pending(response_id)
+            found = json.loads(body)
             self._touch([response_id])
+        if owner is not None and not _alive(owner):
+            found.update(status="failed", error={"code": "server_error", "message": "the process generating this "
+                                                 "background response ended before it finished"})
         return found
+
+    def pending(self, response_id):
+        """Whether a background response is still waiting for its answer (False once settled, cancelled, deleted
+        or evicted)."""
+        with self._lock:
+            try:
+                return self._pending(response_id)[0] is not None
+            except MissingResponse:
+                return False
+
+    def settle(self, response_id, body):
+        """A pending background response's final object; False (nothing written) if it is no longer pending."""
+        body_json = json.dumps(body)
+        with self._lock, self._write() as db:
+            row = db.execute("SELECT owner, items FROM responses WHERE id = ?", (response_id,)).fetchone()
+            if row is None or row[0] is None:
+                return False
+            db.execute("UPDATE responses SET body = ?, bytes = ?, used = ?, owner = NULL WHERE id = ?",
+                       (body_json, len(body_json) + len(row[1]), time.time_ns(), response_id))
+            self._evict(db)
+        return True
+
+    def cancel(self, response_id):
+        """Cancel a pending background response (its status becomes cancelled; its generator stops when it next
+        looks); the response object as it now stands. MissingResponse if it is not held."""
+        with self._lock, self._write() as db:
+            row = db.execute("SELECT owner, body FROM responses WHERE id = ?", (_key(response_id),)).fetchone()
+            if row is None:
+                raise MissingResponse(response_id)
+            body = json.loads(row[1])
+            if row[0] is not None:
+                body["status"] = "cancelled"
+                db.execute("UPDATE responses SET body = ?, owner = NULL WHERE id = ?", (json.dumps(body), response_id))
+        return body
 
     def input_items(self, response_id):
         """The input items the response was made from (without those of the responses it continues)."""
@@ -85,6 +127,15 @@ class ResponseStore:
             gone = db.execute("DELETE FROM responses WHERE id = ?", (_key(response_id),)).rowcount
         if not gone:
             raise MissingResponse(response_id)
+
+    def _pending(self, response_id):
+        try:
+            row = self._db().execute("SELECT owner, body FROM responses WHERE id = ?", (_key(response_id),)).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"the response store {self.path} cannot be read: {exc}") from None
+        if row is None:
+            raise MissingResponse(response_id)
+        return row
 
     def _row(self, response_id):
         try:
@@ -149,6 +200,16 @@ def open_store(path):
 def make_store(path):
     """Create the store's file (WAL, its table) before the processes that share it start."""
     open_store(path).close()
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _key(response_id):

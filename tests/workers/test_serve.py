@@ -364,3 +364,40 @@ def test_stored_responses_are_shared_by_every_front(server):
     assert _ask(to_a, "GET", f"/v1/responses/{first['id']}")[0] == 404
     to_a.close()
     to_b.close()
+
+
+def test_a_background_response_made_in_one_front_is_polled_and_cancelled_through_the_other(server):
+    """The front that generates a background response is not the one the client polls: the store carries the
+    answer one way and the cancel the other."""
+    a, b = fronts(server)
+    to_a, to_b = _connection_to(server, a, [b]), _connection_to(server, b, [a])
+    ask = {"model": "llama", "temperature": 0, "background": True, "input": "Once upon a time"}
+    status, short = _ask(to_a, "POST", "/v1/responses", dict(ask, max_output_tokens=3))
+    assert status == 200 and short["status"] in ("queued", "in_progress"), short
+    deadline = time.monotonic() + 30
+    while (done := _ask(to_b, "GET", f"/v1/responses/{short['id']}")[1])["status"] in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, done
+        time.sleep(0.05)
+    status, foreground = _ask(to_b, "POST", "/v1/responses", dict(ask, background=False, max_output_tokens=3))
+    assert done["status"] == foreground["status"] and done["output"][0]["content"][0]["text"] == \
+        foreground["output"][0]["content"][0]["text"]
+    generated, busy = _completion_tokens(server), b'pantheon_in_flight{die="cpu1"} 1'
+    status, long = _ask(to_a, "POST", "/v1/responses", dict(ask, max_output_tokens=1900))
+    deadline = time.monotonic() + 10
+    while busy not in server.get("/metrics")[1]:
+        assert time.monotonic() < deadline, "the background generation never started"
+        time.sleep(0.01)
+    assert _ask(to_b, "POST", f"/v1/responses/{long['id']}/cancel") == (200, dict(long, status="cancelled"))
+    while busy in server.get("/metrics")[1]:
+        assert time.monotonic() < deadline, "the cancelled background generation kept running"
+        time.sleep(0.05)
+    time.sleep(0.5)  # a generation that ran to its end is counted by its front just after its die lets it go
+    assert _completion_tokens(server) == generated, "the generation ran to its end (only a finished one counts)"
+    assert _ask(to_a, "GET", f"/v1/responses/{long['id']}")[1]["status"] == "cancelled"
+    to_a.close()
+    to_b.close()
+
+
+def _completion_tokens(server, model="llama"):
+    line = f'pantheon_completion_tokens_total{{model="{model}"}} '.encode()
+    return next((float(x[len(line):]) for x in server.get("/metrics")[1].splitlines() if x.startswith(line)), 0.0)

@@ -274,14 +274,21 @@ class RestatedChat:
         return (served, values) + tuple(self.restate(values))
 
     def on_post(self, req, resp):
+        parsed, choice, reply = self.started(req)
+        self.answer(resp, parsed, choice, reply)
+        self.answered(resp, reply)
+
+    def started(self, req):
+        """(validate.Parsed, the started choice, its reply) of a request."""
         started = time.perf_counter()
         served, values, parsed, prefill = self.prepared(req)
         plans = self.bridge.prepare(served, parsed, prefill)
         choice = self.bridge.start(req, served, parsed, started, plans)[0]
-        reply = self.reply(served, choice, len(plans[0].ids), values)
+        return parsed, choice, self.reply(served, choice, len(plans[0].ids), values)
+
+    def answer(self, resp, parsed, choice, reply):
         answer_one(resp, choice.gen, parsed.stream, reply.events(), reply.whole, headers=sse.HEADERS,
                    keepalive=self.options.keepalive)
-        self.answered(resp, reply)
 
     def answered(self, resp, reply):
         """After the answer is set (a stream's headers are not yet sent): a route's own response headers."""

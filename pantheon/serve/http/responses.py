@@ -3,7 +3,7 @@
 import time
 import uuid
 
-from pantheon.serve.http import chat_plan, responses_fields, sse
+from pantheon.serve.http import chat_plan, responses_background, responses_fields, sse
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import RestatedChat
 from pantheon.serve.http.errors import RequestError
@@ -37,6 +37,7 @@ class _Reply:
     def __init__(self, served, choice, values, store=None):
         self.model, self.choice, self.gen, self.values = served.name, choice, choice.gen, values
         self.store = store if values.get("store", True) else None
+        self.background = bool(values.get("background", False))
         self.close_id = served.think_ids[1] if served.think_ids else None
         self.id, self.created = _id("resp"), int(time.time())
         self.items, self.seq = [], 0  # streaming: the output items done so far, the next sequence_number
@@ -55,7 +56,8 @@ class _Reply:
                 "text": v.get("text", {"format": {"type": "text"}}),
                 "tool_choice": v.get("tool_choice", "auto"), "tools": v.get("tools", []), "top_p": v.get("top_p"),
                 "top_logprobs": v.get("top_logprobs"), "truncation": "disabled", "usage": usage,
-                "user": v.get("user"), "metadata": v.get("metadata", {}), "background": False}
+                "user": v.get("user"), "metadata": v.get("metadata", {}),
+                "background": self.background}
 
     def status(self):
         """incomplete when max_output_tokens cut the reply, else completed."""
@@ -92,12 +94,20 @@ class _Reply:
         items += [_function_call(call) for call in reply.get("tool_calls") or ()]
         return self._kept(self.response(status, items, self.usage(reply)))
 
+    def input_items(self):
+        return responses_fields.listed(self.values["input"])
+
     def _kept(self, body):
-        """`body`, stored when the request asked it (store, true by default); its store field says if it was."""
+        """`body`, stored when the request asked it (store, true by default); its store field says if it was. A
+        background response settles its stored queued object (unless it was cancelled meanwhile)."""
         if self.store is not None:
             try:
-                body["store"] = self.store.put(self.id, self.values.get("previous_response_id"), body,
-                                               responses_fields.listed(self.values["input"]))
+                if self.background:
+                    self.store.settle(self.id, body)  # False: it was cancelled meanwhile, and stays so
+                    body["store"] = True
+                else:
+                    body["store"] = self.store.put(self.id, self.values.get("previous_response_id"), body,
+                                                   self.input_items())
             except StoreUnavailable:
                 body["store"] = False  # the answer still reaches the client; its store field says it was not kept
         return body
@@ -196,6 +206,9 @@ def _continued(store, previous):
     if store is None:
         raise bad("previous_response_id", responses_fields.STATELESS, "unsupported_value")
     try:
+        if store.pending(previous):
+            raise bad("previous_response_id", f"response {show(previous)} is a background response still being "
+                      "generated: continue it once its status is completed", "invalid_value")
         return store.conversation(previous)
     except MissingResponse as exc:
         raise RequestError(f"previous_response_id: {exc}", param="previous_response_id",
@@ -209,8 +222,19 @@ class Responses(_Route):
 
     schema = responses_fields.RESPONSES
 
+    def restate(self, values):
+        responses_background.check(values, self.options.responses)
+        return super().restate(values)
+
     def reply(self, served, choice, n_prompt, values):
         return _Reply(served, choice, values, self.options.responses)
+
+    def answer(self, resp, parsed, choice, reply):
+        """A background response is answered at once, queued, and generated in a thread."""
+        if reply.background:
+            resp.media = responses_background.start(reply)
+        else:
+            super().answer(resp, parsed, choice, reply)
 
     def answered(self, resp, reply):
         """The id a stored response is kept under, for `pantheon router` to pin to this instance."""
@@ -245,9 +269,12 @@ class Stored:
         resp.media = responses_fields.item_page(items, req.params)
 
     def on_post_cancel(self, req, resp, response_id):
-        self._ask(response_id, "get")
-        raise RequestError(f"response {show(response_id)} cannot be cancelled: only background responses can be, and "
-                           "this server makes none", param="response_id", code="not_background")
+        """A pending background response becomes cancelled (one already settled is answered as it stands)."""
+        body = self._ask(response_id, "cancel")
+        if not body.get("background"):
+            raise RequestError(f"response {show(response_id)} cannot be cancelled: only background responses can be",
+                               param="response_id", code="not_background")
+        resp.media = body
 
     def _ask(self, response_id, method):
         """The store's `method` of the id; its failures as the HTTP errors OpenAI's clients expect."""

@@ -249,7 +249,7 @@ RESPONSES = {
     "service_tier": string, "prompt_cache_retention": string,
     "truncation": _refused("only \"disabled\": an input longer than the context is a 400, never cut",
                            allowed="disabled"),
-    "background": _refused("background responses are not supported", allowed=False),
+    "background": boolean,
     "previous_response_id": string, "conversation": _refused("conversations are not supported: continue a stored "
                                                              "response with previous_response_id"),
 }
