@@ -6,6 +6,8 @@ import sqlite3
 import threading
 import time
 
+import psutil
+
 from pantheon.errors import PantheonError
 
 # owner: the pid of the front generating a background response while it is pending (NULL once settled)
@@ -64,7 +66,7 @@ class ResponseStore:
             owner, body = self._pending(response_id)
             found = json.loads(body)
             self._touch([response_id])
-        if owner is not None and not _alive(owner):
+        if owner is not None and not psutil.pid_exists(owner):
             found.update(status="failed", error={"code": "server_error", "message": "the process generating this "
                                                  "background response ended before it finished"})
         return found
@@ -200,16 +202,6 @@ def open_store(path):
 def make_store(path):
     """Create the store's file (WAL, its table) before the processes that share it start."""
     open_store(path).close()
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _key(response_id):
