@@ -62,10 +62,19 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
                            f"sequences it decodes together: --batch-slots), got {runs}", param=field)
     # best_of ranks candidates by their tokens' logprobs: scored even when the answer shows none
     scored = 0 if parsed.logprobs is None and parsed.best_of > parsed.n else parsed.logprobs
-    return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling,
-                             frozenset(served.tokenizer.stop_ids), session, grammar=grammar,
+    stops = frozenset(served.tokenizer.stop_ids) | _stop_tokens(parsed, served)
+    return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling, stops, session, grammar=grammar,
                              logprobs=scored, n=runs, prompt_logprobs=parsed.logprobs if parsed.echo else None,
                              reasoning_budget=parsed.reasoning_budget)
+
+
+def _stop_tokens(parsed, served):
+    """vLLM's stop_token_ids, each inside the vocabulary."""
+    outside = [t for t in parsed.stop_token_ids if t >= served.tokenizer.n_vocab]
+    if outside:
+        raise RequestError(f"stop_token_ids: token id {outside[0]} is outside the vocabulary of "
+                           f"{served.tokenizer.n_vocab} tokens", param="stop_token_ids", code="invalid_value")
+    return frozenset(parsed.stop_token_ids)
 
 
 def _with_breakers(sampling, parsed, served):

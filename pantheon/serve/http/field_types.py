@@ -64,7 +64,8 @@ def positive(name, v):
 
 
 def top_k(name, v):
-    return integer(name, v, 0)
+    """0 or -1 (vLLM's spelling, llama.cpp's too) leave top_k off."""
+    return max(integer(name, v, -1), 0)
 
 
 def last_n(name, v):

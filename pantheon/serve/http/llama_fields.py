@@ -118,6 +118,15 @@ def compiled_grammar(values):
     return None
 
 
+def compiled_guided(guided):
+    """vLLM's guided form (field, grammar kind, text), compiled; a bad one is a 400 naming its field."""
+    field, kind, text = guided
+    try:
+        return grammars.compile_spec(kind, text)
+    except InvalidParameter as exc:
+        raise bad(field, str(exc), "invalid_value") from None
+
+
 def generation_limit(values, *names):
     """llama-server's order: n_predict wins over the OpenAI names (-1: until the context is full)."""
     return next((values[n] for n in ("n_predict",) + names if values.get(n) is not None), None)

@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from pantheon.serve.http import llama_fields, sampler_order
+from pantheon.serve.http import llama_fields, sampler_order, vllm_fields
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import (INT32_MAX, MAX_CHOICES, MAX_TOP_LOGPROBS, bad, boolean, divisor, integer,
                                              known_object, last_n, number, positive, seed, show, string, top_k)
@@ -40,6 +40,7 @@ class Parsed:
     response_format: Optional[dict] = None
     echo: bool = False  # completions: the prompt's text leads the answer
     suffix: Optional[str] = None  # completions: text after the gap; the prompt is filled in the middle
+    stop_token_ids: tuple = ()  # vLLM's: token ids that end the answer, besides the model's own
     logprobs: Optional[int] = None  # None: no logprobs; k: each token's logprob and its k best alternatives
     n: int = 1  # choices per prompt, sampled from one prompt prefill
     grammar: Optional[str] = None  # compiled llama-server `grammar` or `json_schema` the answer follows
@@ -273,12 +274,12 @@ COMMON = {
     "frequency_penalty": number, "logit_bias": logit_bias, "seed": seed, "stop": stop, "n": llama_fields.per_prompt,
     "stream": boolean, "stream_options": stream_options, "user": string,
 }
-CHAT = dict(COMMON, **CHAT_LENIENT, **llama_fields.EXTRAS, messages=messages, max_completion_tokens=positive,
-            tools=tools, tool_choice=tool_choice, response_format=response_format, reasoning_format=reasoning_format,
-            chat_template_kwargs=template_kwargs, reasoning_effort=reasoning_effort, logprobs=boolean,
-            top_logprobs=top_logprobs)
-COMPLETIONS = dict(COMMON, **LENIENT, **llama_fields.EXTRAS, prompt=prompt, logprobs=top_logprobs, echo=boolean,
-                   best_of=best_of, suffix=string)
+CHAT = dict(COMMON, **CHAT_LENIENT, **llama_fields.EXTRAS, **vllm_fields.CHAT_FIELDS, messages=messages,
+            max_completion_tokens=positive, tools=tools, tool_choice=tool_choice, response_format=response_format,
+            reasoning_format=reasoning_format, chat_template_kwargs=template_kwargs, reasoning_effort=reasoning_effort,
+            logprobs=boolean, top_logprobs=top_logprobs)
+COMPLETIONS = dict(COMMON, **LENIENT, **llama_fields.EXTRAS, **vllm_fields.FIELDS, prompt=prompt,
+                   logprobs=top_logprobs, echo=boolean, best_of=best_of, suffix=string)
 TOKENIZE = {"model": string, "content": string, "add_special": boolean, "parse_special": boolean,
             "with_pieces": boolean}
 DETOKENIZE = {"model": string, "tokens": token_ids}
@@ -286,7 +287,7 @@ DETOKENIZE = {"model": string, "tokens": token_ids}
 
 def check(body, schema, required):
     """Parsed fields of a generation request body; RequestError naming the first bad or unknown field."""
-    values = fields(body, schema, required)
+    values = vllm_fields.restated(fields(body, schema, required))
     parsed = dataclasses.replace(_parsed(values), logprobs=_logprobs(values, "messages" in schema),
                                  grammar=_grammar(values))
     return _checked_best_of(parsed, values.get("best_of", parsed.n))
@@ -303,9 +304,13 @@ def _checked_best_of(parsed, best):
 
 
 def _grammar(values):
-    """llama-server's grammar or json_schema, which cannot be combined with another constraint."""
-    compiled = llama_fields.compiled_grammar(values)
-    name = "grammar" if values.get("grammar") else "json_schema"
+    """llama-server's grammar or json_schema, or vLLM's guided_* / structured_outputs, which cannot be combined
+    with another constraint."""
+    compiled, name = llama_fields.compiled_grammar(values), "grammar" if values.get("grammar") else "json_schema"
+    if values.get("guided") is not None:
+        if compiled is not None:
+            raise bad(values["guided"][0], f"give {values['guided'][0]} or {name}, not both", "invalid_value")
+        compiled, name = llama_fields.compiled_guided(values["guided"]), values["guided"][0]
     if compiled is not None and (values.get("response_format") or {}).get("type", "text") != "text":
         raise bad(name, f"give {name} or response_format, not both", "invalid_value")
     choice = values.get("tool_choice", values.get("function_call", "auto"))
@@ -382,7 +387,7 @@ def _parsed(values):
                   reasoning_format=values.get("reasoning_format"),
                   template_kwargs=_template_variables(values),
                   response_format=values.get("response_format"), echo=values.get("echo", False),
-                  suffix=values.get("suffix"),
+                  suffix=values.get("suffix"), stop_token_ids=tuple(values.get("stop_token_ids", ())),
                   n=llama_fields.choice_count(values), ignore_eos=values.get("ignore_eos", False),
                   timings_per_token=values.get("timings_per_token", False),
                   predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0),

@@ -65,5 +65,5 @@ def test_refusals_name_the_ollama_field(check, value, field):
 def test_a_bad_sampling_option_is_named_under_options():
     with pytest.raises(RequestError) as err:
         ollama_fields.parsed("m", [{"role": "user", "content": "x"}],
-                             {"options": ollama_fields.options("options", {"top_k": -1})}, stream=False)
+                             {"options": ollama_fields.options("options", {"top_k": -2})}, stream=False)
     assert err.value.param == "options.top_k" and str(err.value).startswith("options.top_k:")

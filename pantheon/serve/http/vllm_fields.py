@@ -1,0 +1,114 @@
+"""vLLM's extra request fields (its OpenAI server's `extra_body`), restated as the fields Pantheon runs."""
+
+import json
+import re
+
+from pantheon.serve.http.field_types import bad, boolean, divisor, integer, known_object, show, string
+
+MAX_STOP_TOKENS = 64
+STRUCTURED_KEYS = ("json", "regex", "choice", "grammar", "json_object")
+
+
+def _only(value, why):
+    """A field accepted at its neutral value (what vLLM does when it is absent); any other is a 400 saying `why`."""
+    def check(name, v):
+        if type(v) is not type(value) or v != value:
+            raise bad(name, f"{why} (got {show(v)}; send {json.dumps(value)} or omit it)", "unsupported_value")
+        return v
+    return check
+
+
+def stop_token_ids(name, v):
+    if not isinstance(v, list) or len(v) > MAX_STOP_TOKENS:
+        raise bad(name, f"expected a list of at most {MAX_STOP_TOKENS} token ids", "invalid_type")
+    return [integer(f"{name}[{i}]", t, 0) for i, t in enumerate(v)]
+
+
+def schema(name, v):
+    """A JSON schema, as an object or as its JSON text (vLLM takes both)."""
+    if not isinstance(v, (dict, str)):
+        raise bad(name, "expected a JSON schema object (or its JSON text)", "invalid_type")
+    return v
+
+
+def choices(name, v):
+    if not isinstance(v, list) or not v or not all(isinstance(c, str) and c for c in v):
+        raise bad(name, "expected a non-empty list of non-empty strings", "invalid_type")
+    return v
+
+
+def structured_outputs(name, v):
+    """vLLM's newer form: {"json" | "regex" | "choice" | "grammar" | "json_object": ...}, one of them."""
+    known_object(name, v, set(STRUCTURED_KEYS) | {"disable_any_whitespace", "whitespace_pattern", "backend"})
+    given = [k for k in STRUCTURED_KEYS if v.get(k) not in (None, False)]
+    if len(given) != 1:
+        raise bad(name, f"expected exactly one of {', '.join(STRUCTURED_KEYS)}, got {given or 'none'}",
+                  "invalid_value")
+    checks = {"json": schema, "regex": string,
+              "choice": choices, "grammar": string, "json_object": boolean}
+    checks[given[0]](f"{name}.{given[0]}", v[given[0]])
+    return v
+
+
+FIELDS = {
+    "repetition_penalty": divisor, "stop_token_ids": stop_token_ids,
+    "guided_json": schema, "guided_regex": string,
+    "guided_choice": choices, "guided_grammar": string, "structured_outputs": structured_outputs,
+    "guided_decoding_backend": string,  # which library compiles the grammar: llguidance here, whatever is named
+    "min_tokens": _only(0, "min_tokens is not supported"),
+    "include_stop_str_in_output": _only(False, "stop strings are never part of the output here"),
+    "skip_special_tokens": _only(True, "special tokens are always left out of the text here"),
+    "spaces_between_special_tokens": _only(True, "special tokens are always left out of the text here"),
+    "use_beam_search": _only(False, "beam search is not supported"),
+    "length_penalty": _only(1.0, "length_penalty applies to beam search, which is not supported"),
+    "priority": _only(0, "request priorities are not supported (admission is first come, first served)"),
+    "truncate_prompt_tokens": _only(None, "a prompt is never cut here: one that does not fit is a 400"),
+}
+CHAT_FIELDS = dict(FIELDS, add_generation_prompt=_only(True, "the prompt always ends with the assistant's turn"),
+                   continue_final_message=_only(False, "continue an assistant message through the Anthropic "
+                                                       "Messages route's prefill"))
+
+
+def restated(values):
+    """`values` with vLLM's names turned into ours: repetition_penalty (over the whole context, as vLLM
+    applies it) into repeat_penalty, the guided_* fields and structured_outputs into one grammar spec."""
+    out = dict(values)
+    if "repetition_penalty" in out:
+        penalty = out.pop("repetition_penalty")
+        if not penalty > 0:
+            raise bad("repetition_penalty", f"must be above 0 (1 is off), got {show(penalty)}", "invalid_value")
+        if "repeat_penalty" in out and out["repeat_penalty"] != penalty:
+            raise bad("repetition_penalty", f"repeat_penalty ({out['repeat_penalty']}) and vLLM's name for it "
+                      f"({penalty}) disagree; send one", "invalid_value")
+        out.setdefault("repeat_last_n", -1)
+        out["repeat_penalty"] = penalty
+    guided = _guided(out)
+    if guided is not None:
+        out["guided"] = guided
+    return out
+
+
+def _guided(values):
+    """(field, grammar kind, grammar text) of the one guided form given, or None."""
+    forms = [(k, values.pop(k)) for k in ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+             if k in values]
+    if "structured_outputs" in values:
+        spec = values.pop("structured_outputs")
+        key = next(k for k in STRUCTURED_KEYS if spec.get(k) not in (None, False))
+        forms.append((f"structured_outputs.{key}", {"json_object": {"type": "object"}}.get(key, spec[key])))
+    if len(forms) > 1:
+        raise bad(forms[1][0], f"give one of {forms[0][0]} and {forms[1][0]}", "invalid_value")
+    if not forms:
+        return None
+    return _spec(*forms[0])
+
+
+def _spec(field, value):
+    kind = field.rsplit(".", 1)[-1].removeprefix("guided_")
+    if kind in ("json", "json_object"):
+        return field, "json_schema", value if isinstance(value, str) else json.dumps(value)
+    if kind == "regex":
+        return field, "lark", "start: /" + value.replace("/", "\\/") + "/"
+    if kind == "choice":
+        return field, "lark", "start: " + " | ".join(json.dumps(c) for c in value)
+    return field, "gbnf" if re.search(r"::=", value) else "lark", value

@@ -1,0 +1,114 @@
+"""vLLM's extra request fields: restated as Pantheon's, run, and refused by name where they would change nothing
+here but the client's expectations."""
+
+import json
+import re
+
+import pytest
+
+from pantheon.serve.http import validate, vllm_fields
+from pantheon.serve.http.errors import RequestError
+from tests.pantheon.serve.http.server import call, greedy_ids
+
+PROMPT = [1, 300, 301, 302, 303]  # token ids: the same prompt for both golden models
+
+
+def completion(**fields):
+    return validate.check(dict({"prompt": "Hi"}, **fields), validate.COMPLETIONS, ("prompt",))
+
+
+def refused(**fields):
+    with pytest.raises(RequestError) as err:
+        completion(**fields)
+    return err.value
+
+
+def test_repetition_penalty_is_repeat_penalty_over_the_whole_context():
+    assert {k: completion(repetition_penalty=1.3).sampling[k] for k in ("repeat_penalty", "repeat_last_n")} == {
+        "repeat_penalty": 1.3, "repeat_last_n": -1}
+    assert completion(repetition_penalty=1.3, repeat_last_n=16).sampling["repeat_last_n"] == 16
+    assert refused(repetition_penalty=1.3, repeat_penalty=1.1).param == "repetition_penalty"
+    assert refused(repetition_penalty=0.0).param == "repetition_penalty"
+
+
+@pytest.mark.parametrize("fields, kind", [
+    ({"guided_json": {"type": "object"}}, "json_schema"), ({"guided_json": '{"type": "object"}'}, "json_schema"),
+    ({"guided_regex": "[0-9]+/[a-z]"}, "lark"), ({"guided_choice": ["yes", "no"]}, "lark"),
+    ({"guided_grammar": 'root ::= "a" | "b"'}, "gbnf"), ({"guided_grammar": 'start: "a" | "b"'}, "lark"),
+    ({"structured_outputs": {"choice": ["x"]}}, "lark"), ({"structured_outputs": {"json_object": True}}, "json_schema"),
+])
+def test_each_guided_form_compiles_to_one_grammar(fields, kind):
+    assert vllm_fields.restated(fields)["guided"][1] == kind
+    assert completion(**fields).grammar is not None
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"guided_json": {"type": "object"}, "guided_choice": ["a"]}, "guided_choice"),
+    ({"guided_choice": ["a"], "grammar": 'root ::= "a"'}, "guided_choice"),
+    ({"guided_choice": []}, "guided_choice"), ({"guided_regex": "("}, "guided_regex"),
+    ({"structured_outputs": {"choice": ["a"], "regex": "b"}}, "structured_outputs"),
+    ({"structured_outputs": {"choices": ["a"]}}, "structured_outputs.choices"),
+    ({"stop_token_ids": [1, -2]}, "stop_token_ids[1]"), ({"stop_token_ids": "1"}, "stop_token_ids"),
+    ({"top_k": -2}, "top_k"),
+])
+def test_a_bad_or_conflicting_vllm_field_is_a_400_naming_it(fields, param):
+    assert refused(**fields).param == param
+
+
+@pytest.mark.parametrize("name, neutral, other", [
+    ("min_tokens", 0, 5), ("include_stop_str_in_output", False, True), ("skip_special_tokens", True, False),
+    ("spaces_between_special_tokens", True, False), ("use_beam_search", False, True), ("length_penalty", 1.0, 0.5),
+    ("priority", 0, 3), ("truncate_prompt_tokens", None, 10)])
+def test_fields_run_only_at_their_neutral_value_are_refused_otherwise(name, neutral, other):
+    completion(**{name: neutral})
+    err = refused(**{name: other})
+    assert (err.param, err.code) == (name, "unsupported_value")
+
+
+def test_chat_takes_the_template_switches_at_their_defaults():
+    body = {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True,
+            "continue_final_message": False, "top_k": -1}
+    assert validate.check(body, validate.CHAT, ("messages",)).sampling["top_k"] == 0
+    with pytest.raises(RequestError) as err:
+        validate.check(dict(body, continue_final_message=True), validate.CHAT, ("messages",))
+    assert err.value.param == "continue_final_message"
+
+
+def answer(served, **fields):
+    status, _, out = call(served.port, "POST", "/v1/completions", dict(
+        {"model": "llama", "prompt": PROMPT, "max_tokens": 8, "temperature": 0}, **fields))
+    assert status == 200, out
+    return out["choices"][0]
+
+
+@pytest.mark.parametrize("fields, valid", [
+    ({"guided_choice": ["alpha", "beta gamma"]}, lambda t: t in ("alpha", "beta gamma")),
+    ({"guided_regex": "[0-9]{3}-[a-c]"}, lambda t: re.fullmatch("[0-9]{3}-[a-c]", t)),
+    ({"guided_json": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                      "additionalProperties": False}, "max_tokens": 20},
+     lambda t: isinstance(json.loads(t)["ok"], bool)),
+    ({"structured_outputs": {"choice": ["left", "right"]}}, lambda t: t in ("left", "right")),
+])
+def test_a_guided_answer_follows_its_grammar(served, fields, valid):
+    got = answer(served, **fields)
+    assert valid(got["text"]), got
+
+
+def test_repetition_penalty_answers_as_repeat_penalty_over_the_whole_context(served):
+    """A bias makes token 500 the pick at every step; a penalty that large takes it once it is in the context."""
+    forced = {"logit_bias": {"500": 1000}, "max_tokens": 6}
+    base = answer(served, **forced)["text"]
+    penalised = answer(served, **forced, repetition_penalty=1e30)["text"]
+    assert penalised == answer(served, **forced, repeat_penalty=1e30, repeat_last_n=-1)["text"] != base
+
+
+def test_stop_token_ids_end_the_answer_before_that_token(served, reference):
+    tokens = greedy_ids(reference["llama"], PROMPT, 8, 256)
+    stop = next(t for t in tokens[2:] if t not in tokens[:2])
+    cut = tokens[:tokens.index(stop)]
+    got = answer(served, stop_token_ids=[stop], max_tokens=8)
+    tok = served.backend.served("llama").tokenizer
+    assert (got["text"], got["finish_reason"]) == (tok.decode(cut), "stop")
+    status, _, out = call(served.port, "POST", "/v1/completions", {"model": "llama", "prompt": PROMPT,
+                                                                   "stop_token_ids": [10**6]})
+    assert status == 400 and out["error"]["param"] == "stop_token_ids"
