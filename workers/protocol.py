@@ -76,7 +76,7 @@ _JOB = struct.Struct("<qqqqQddddddIIIIIIqIqq")
 # llama.cpp's optional samplers' settings, after the job header (mirostat's version rides in the flags)
 _OPTIONAL_REALS = ("top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold", "dynatemp_range",
                    "dynatemp_exponent", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base")
-_OPTIONAL = _OPTIONAL_REALS + ("dry_allowed_length", "dry_penalty_last_n", "min_keep")
+_OPTIONAL = _OPTIONAL_REALS + ("dry_allowed_length", "dry_penalty_last_n", "min_keep", "min_tokens")
 # ... then how many u32 words DRY's breakers take after the bias ids: per breaker its tail's length, head, tail
 _SAMPLERS = struct.Struct("<" + "d" * len(_OPTIONAL_REALS) + "q" * (len(_OPTIONAL) - len(_OPTIONAL_REALS)) + "I")
 _FLAG_RANDOM_SEED = 1

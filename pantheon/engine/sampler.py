@@ -40,6 +40,7 @@ class SamplingParams:
     are llama.cpp's DRY after the penalties (pantheon.engine.dry); dry_breakers holds its sequence breakers as
     ((head id, tail ids), ...) (pantheon.text.dry_breakers makes them from text).
     min_keep: top_p, min_p, typical_p and XTC keep at least this many tokens (llama.cpp's; 0 and 1 alike).
+    min_tokens: vLLM's; the end tokens are banned until this many tokens were generated (the engine masks them).
     """
 
     temperature: float = 0.8
@@ -68,6 +69,7 @@ class SamplingParams:
     dry_penalty_last_n: int = -1
     dry_breakers: tuple = ()
     min_keep: int = 0
+    min_tokens: int = 0
 
     def __post_init__(self):
         bias = self.logit_bias
@@ -113,6 +115,7 @@ class SamplingParams:
         _integer("dry_allowed_length", self.dry_allowed_length, low=0, high=_INT32_MAX)
         _integer("dry_penalty_last_n", self.dry_penalty_last_n, low=-1, high=_INT32_MAX)
         _integer("min_keep", self.min_keep, low=0, high=_INT32_MAX)
+        _integer("min_tokens", self.min_tokens, low=0, high=_INT32_MAX)
 
     def dry(self):
         """The DRY sampler these settings ask for, or None (off, or mirostat's chain, which has none)."""
@@ -261,6 +264,13 @@ class Sampler:
             return int(ids[np.nanargmax(np.where(np.isfinite(kept), kept, -np.inf))])
         pick = np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right")
         return int(ids[min(pick, ids.size - 1)])
+
+
+def without(logits, ids):
+    """A copy of `logits` with the tokens `ids` banned (-inf)."""
+    out = np.array(logits, dtype=np.float32)  # [n_vocab]
+    out[np.fromiter(ids, np.int64, len(ids))] = -np.inf
+    return out
 
 
 def _greedy_finite(adjusted, raw):

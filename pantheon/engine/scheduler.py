@@ -12,7 +12,7 @@ from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
 from pantheon.engine.classifier import load_classifier
 from pantheon.engine.pooling import Pool
 from pantheon.engine.prefix import PrefixStore
-from pantheon.engine.sampler import Sampler, SamplingParams
+from pantheon.engine.sampler import Sampler, SamplingParams, without
 from pantheon.engine.sizes import PREFILL_CHUNK, SCORED_LOGITS_BYTES
 from pantheon.gguf.config import EMBED_KINDS
 
@@ -363,6 +363,8 @@ class Engine:
         if tok is None:
             if grammar is not None:
                 logits = grammar.mask(logits)  # [n_vocab], -inf where the grammar forbids
+            if len(seq.generated) < seq.sampler.params.min_tokens and seq.req.stop_ids:
+                logits = without(logits, seq.req.stop_ids)  # [n_vocab], min_tokens: no end yet
             try:
                 tok = seq.sampler.sample(logits, list(seq.req.prompt) + seq.generated)
             except Exception as e:  # this request's problem only: the batch and the die carry on

@@ -59,6 +59,7 @@ SAMPLING = {
     "dry_penalty_last_n": st.integers(-1, INT32),
     "dry_breakers": st.lists(st.tuples(U32, st.lists(U32, max_size=4).map(tuple)), max_size=6).map(tuple),
     "min_keep": st.integers(0, INT32),
+    "min_tokens": st.integers(0, INT32),
 }
 
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).

@@ -90,6 +90,14 @@ def test_min_keep_crosses_the_rings(server, golden):
     assert json.loads(body)["choices"][0]["text"] == pantheon.open_tokenizer(golden["llama-q8_0"]).decode(want)
 
 
+def test_min_tokens_crosses_the_rings(server):
+    """The end token made the certain pick by a bias ends the answer at once; min_tokens 3 holds it off."""
+    body = {"model": "llama", "prompt": [1, 213, 540], "max_tokens": 8, "temperature": 0, "logit_bias": {"2": 1000}}
+    for min_tokens in (0, 3):
+        status, raw, _ = server.request("POST", "/v1/completions", dict(body, min_tokens=min_tokens))
+        assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == min_tokens, raw
+
+
 @pytest.mark.parametrize("breaking", [False, True])
 def test_dry_and_its_breakers_cross_the_rings(server, golden, breaking):
     """Token 1194, made the certain pick by a bias, would continue the prompt's repeat; DRY forbids it unless a breaker

@@ -180,7 +180,7 @@ class _GenerateResource:
                 for k, stream in enumerate(streams):
                     gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env),
                                      self.options.recorder, served.name, started, self.options.watch,
-                                     parsed.predict_limit, parsed.min_indent)
+                                     parsed.predict_limit, parsed.min_indent, parsed.sampling.get("min_tokens", 0))
                     output = plan.output if k == 0 else copy.deepcopy(plan.output)  # a parser per choice
                     scored = tuple(plan.ids) if request.prompt_logprobs is not None else ()
                     picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell, scored))

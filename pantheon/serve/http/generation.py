@@ -17,16 +17,17 @@ class Generation:
     `predict_limit` (seconds, llama-server's t_max_predict_ms): once that long has passed since the
     first token, the generation ends ("length") at the next token whose text holds a newline, so a
     code completion stops on a whole line. `min_indent` (llama-server's n_indent, 0 = off) ends it
-    ("length") before the first later line indented less (see IndentLimit).
+    ("length") before the first later line indented less (see IndentLimit). `min_tokens` (vLLM's): the stop
+    strings are not looked for in the first that many tokens (the engine holds the end tokens off as long).
     """
 
     def __init__(self, stream, tokenizer, stops=(), gone=None, recorder=None, model="",
-                 started=None, watch=None, predict_limit=None, min_indent=0):
+                 started=None, watch=None, predict_limit=None, min_indent=0, min_tokens=0):
         self.stream, self.gone, self.recorder, self.model = stream, gone, recorder, model
         self.detok, self.stops = Detokenizer(tokenizer), StopMatcher(stops)
         self.indent = IndentLimit(min_indent) if min_indent > 0 else None
         self.started = time.perf_counter() if started is None else started
-        self.watch, self.predict_limit = watch, predict_limit
+        self.watch, self.predict_limit, self.min_tokens = watch, predict_limit, min_tokens
         self.finish_reason = None
         self.usage = usage()
         self.tokens = 0
@@ -107,7 +108,7 @@ class Generation:
 
     def _plain(self, tid):
         """One token's safe text; none once a stop string or n_indent ended the answer."""
-        return "" if self._ended else self._gate(self.stops.push(self._decode(tid)))
+        return "" if self._ended else self._gate(self._stopped(self._decode(tid)))
 
     def _scored(self, tid, score):
         """One token's safe text, recording its logprob and offset; none once the answer ended."""
@@ -117,7 +118,11 @@ class Generation:
         self.offsets.append(self._chars)
         text = self._decode(tid)
         self._chars += len(text)
-        return self._gate(self.stops.push(text))
+        return self._gate(self._stopped(text))
+
+    def _stopped(self, text):
+        """`text` through the stop strings, which vLLM's min_tokens holds off for the first tokens."""
+        return text if self.tokens <= self.min_tokens else self.stops.push(text)
 
     def _decode(self, tid):
         """Count one token and return its text. Tokens that arrive in the same event after the one that

@@ -14,7 +14,7 @@ MAX_STOPS = 32  # OpenAI takes 4; llama-server and vLLM any number, and their ch
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "reasoning_content"}
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n",
-                   "presence_penalty", "frequency_penalty", "logit_bias", "seed", *llama_fields.SAMPLERS)
+                   "presence_penalty", "frequency_penalty", "logit_bias", "seed", "min_tokens", *llama_fields.SAMPLERS)
 MAX_PROMPTS = 16                   # prompts in one /v1/completions request: each runs as its own generation
 _TOKEN_KEY = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²".isdigit() is true but int("²") fails
 

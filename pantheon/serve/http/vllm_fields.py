@@ -55,7 +55,7 @@ FIELDS = {
     "guided_json": schema, "guided_regex": string,
     "guided_choice": choices, "guided_grammar": string, "structured_outputs": structured_outputs,
     "guided_decoding_backend": string,  # which library compiles the grammar: llguidance here, whatever is named
-    "min_tokens": _only(0, "min_tokens is not supported"),
+    "min_tokens": lambda name, v: integer(name, v, 0),
     "include_stop_str_in_output": _only(False, "stop strings are never part of the output here"),
     "skip_special_tokens": _only(True, "special tokens are always left out of the text here"),
     "spaces_between_special_tokens": _only(True, "special tokens are always left out of the text here"),
@@ -82,6 +82,9 @@ def restated(values):
                       f"({penalty}) disagree; send one", "invalid_value")
         out.setdefault("repeat_last_n", -1)
         out["repeat_penalty"] = penalty
+    limit = out.get("max_completion_tokens", out.get("max_tokens"))
+    if limit is not None and out.get("min_tokens", 0) > limit:
+        raise bad("min_tokens", f"must not exceed max_tokens ({limit}), got {out['min_tokens']}", "invalid_value")
     guided = _guided(out)
     if guided is not None:
         out["guided"] = guided

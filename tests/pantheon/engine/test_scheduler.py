@@ -76,6 +76,19 @@ def test_stop_token_ends_without_emitting_it(golden):
     assert done_of(events, 5).reason == "stop"
 
 
+def test_min_tokens_holds_the_stop_tokens_off_until_that_many_were_made(golden):
+    """A stop token made the certain pick by a bias: the answer ends at once, or after min_tokens others."""
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    for min_tokens in (0, 4):
+        engine = Engine(model, EngineConfig(n_ctx=128))
+        params = SamplingParams(temperature=0.0, logit_bias={2: 1000.0}, min_tokens=min_tokens)
+        engine.add(Request(1, prompt, max_tokens=10, params=params, stop_ids=frozenset({2})))
+        events = run(engine)
+        assert len(tokens_of(events, 1)) == min_tokens and 2 not in tokens_of(events, 1)
+        assert done_of(events, 1).reason == "stop"
+
+
 def test_abort_ends_exactly_once(golden):
     model, ref = golden
     engine = Engine(model, EngineConfig(n_ctx=128))

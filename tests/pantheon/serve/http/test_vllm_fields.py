@@ -49,14 +49,14 @@ def test_each_guided_form_compiles_to_one_grammar(fields, kind):
     ({"structured_outputs": {"choice": ["a"], "regex": "b"}}, "structured_outputs"),
     ({"structured_outputs": {"choices": ["a"]}}, "structured_outputs.choices"),
     ({"stop_token_ids": [1, -2]}, "stop_token_ids[1]"), ({"stop_token_ids": "1"}, "stop_token_ids"),
-    ({"top_k": -2}, "top_k"),
+    ({"top_k": -2}, "top_k"), ({"min_tokens": 5, "max_tokens": 4}, "min_tokens"), ({"min_tokens": -1}, "min_tokens"),
 ])
 def test_a_bad_or_conflicting_vllm_field_is_a_400_naming_it(fields, param):
     assert refused(**fields).param == param
 
 
 @pytest.mark.parametrize("name, neutral, other", [
-    ("min_tokens", 0, 5), ("include_stop_str_in_output", False, True), ("skip_special_tokens", True, False),
+    ("include_stop_str_in_output", False, True), ("skip_special_tokens", True, False),
     ("spaces_between_special_tokens", True, False), ("use_beam_search", False, True), ("length_penalty", 1.0, 0.5),
     ("priority", 0, 3), ("truncate_prompt_tokens", None, 10)])
 def test_fields_run_only_at_their_neutral_value_are_refused_otherwise(name, neutral, other):
@@ -112,3 +112,16 @@ def test_stop_token_ids_end_the_answer_before_that_token(served, reference):
     status, _, out = call(served.port, "POST", "/v1/completions", {"model": "llama", "prompt": PROMPT,
                                                                    "stop_token_ids": [10**6]})
     assert status == 400 and out["error"]["param"] == "stop_token_ids"
+
+
+def test_min_tokens_holds_off_the_end_token_and_the_stop_strings(served, reference):
+    """The end token made the certain pick ends the answer at once, or after min_tokens tokens; a stop string
+    that the first token completes is not looked for until min_tokens tokens were made."""
+    forced_end = {"logit_bias": {"2": 1000}}
+    assert answer(served, **forced_end)["text"] == ""
+    status, _, out = call(served.port, "POST", "/v1/completions", dict(
+        {"model": "llama", "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "min_tokens": 3}, **forced_end))
+    assert (out["usage"]["completion_tokens"], out["choices"][0]["finish_reason"]) == (3, "stop")
+    first = served.backend.served("llama").tokenizer.decode(greedy_ids(reference["llama"], PROMPT, 1, 256))
+    assert answer(served, stop=[first])["text"] == ""
+    assert answer(served, stop=[first], min_tokens=2)["text"].startswith(first)
