@@ -6,6 +6,7 @@ import threading
 import time
 
 from pantheon.serve.http.backend import BackendError
+from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import bad
 from pantheon.serve.response_store import StoreUnavailable
 
@@ -45,10 +46,19 @@ class CancelPoll:
 
 
 def start(reply):
-    """Store `reply` as queued, owned by this process, and generate it in a thread; the queued object."""
+    """Store `reply` as queued, owned by this process, and generate it in a thread; the queued object. A
+    response the store cannot hold is refused (its generation, already started, is cancelled)."""
     queued = reply.response("queued", [])
-    queued["store"] = reply.store.put(reply.id, reply.values.get("previous_response_id"), queued,
-                                      reply.input_items(), owner=os.getpid())
+    try:
+        kept = reply.store.put(reply.id, reply.values.get("previous_response_id"), queued, reply.input_items(),
+                               owner=os.getpid())
+    except StoreUnavailable as exc:
+        reply.gen.cancel()
+        raise RequestError(str(exc), code="store_unavailable", status=503, type="server_error") from None
+    if not kept:
+        reply.gen.cancel()
+        raise bad("background", "the request's input is larger than the whole response store "
+                  "(--responses-store): a background response could not be read back", "invalid_value")
     reply.gen.gone = CancelPoll(reply.store, reply.id)  # the HTTP request ends now; only a cancel stops it
     threading.Thread(target=_run, args=(reply,), name=f"background-{reply.id}", daemon=True).start()
     return queued

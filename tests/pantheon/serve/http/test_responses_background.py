@@ -128,3 +128,18 @@ def test_a_pending_response_whose_generator_died_reads_as_failed(tmp_path):
     assert store.settle("resp_alive", {"id": "resp_alive", "status": "completed", "background": True})
     assert not store.pending("resp_alive") and not store.settle("resp_alive", {"status": "late"})
     assert store.get("resp_alive")["status"] == "completed"
+
+
+def test_a_background_request_the_store_cannot_hold_is_refused_and_starts_nothing(tmp_path):
+    store = ResponseStore(tmp_path / "responses.sqlite", 1500)
+    server = qwen_served(N_CTX, response_store=store)
+    try:
+        status, _, out = call(server.port, "POST", "/v1/responses", {
+            "model": "qwen2", "input": "word " * 300, "background": True, "max_output_tokens": 4})
+        assert status == 400 and out["error"]["param"] == "background", out
+        deadline = time.monotonic() + 5
+        while server.backend.stats()["qwen2"]["running"]:
+            assert time.monotonic() < deadline, "the refused request's generation runs on"
+            time.sleep(0.02)
+    finally:
+        server.close()
