@@ -98,3 +98,13 @@ def known_object(where, v, keys):
         if key not in keys:
             raise bad(f"{where}.{key}", "unknown field", "unknown_field")
     return v
+
+
+def only(value, why):
+    """A field accepted at one value (the one that changes nothing: what the server does when it is absent);
+    any other is a 400 unsupported_value saying `why` (None: only null, which a body's fields drop)."""
+    def check(name, v):
+        if type(v) is not type(value) or v != value:
+            raise bad(name, f"{why} (got {show(v)}; send {json.dumps(value)} or omit it)", "unsupported_value")
+        return v
+    return check

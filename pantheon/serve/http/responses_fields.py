@@ -4,7 +4,7 @@ import re
 import uuid
 
 from pantheon.serve.http import validate
-from pantheon.serve.http.field_types import bad, boolean, known_object, number, positive, show, string
+from pantheon.serve.http.field_types import bad, boolean, known_object, number, only, positive, show, string
 
 # each input item's keys: what a client writes, and what this server's own output items carry back
 ITEM_KEYS = {"message": {"type", "role", "content", "id", "status"},
@@ -223,15 +223,6 @@ def include(name, v):
     return v
 
 
-def _refused(why, allowed=None):
-    """A field whose only accepted value is `allowed` (None: only null); any other is a 400 saying `why`."""
-    def check(name, v):
-        if type(v) is not type(allowed) or v != allowed:
-            raise bad(name, why, "unsupported_value")
-        return v
-    return check
-
-
 def stream_options(name, v):
     """include_obfuscation is checked and ignored (no padding is added to stream events)."""
     known_object(name, v, {"include_obfuscation"})
@@ -247,10 +238,9 @@ RESPONSES = {
     "include": include, "stream": boolean, "stream_options": stream_options, "user": string,
     "metadata": validate.string_map, "store": boolean, "prompt_cache_key": string, "safety_identifier": string,
     "service_tier": string, "prompt_cache_retention": string,
-    "truncation": _refused("only \"disabled\": an input longer than the context is a 400, never cut",
-                           allowed="disabled"),
+    "truncation": only("disabled", "only \"disabled\": an input longer than the context is a 400, never cut"),
     "background": boolean,
-    "previous_response_id": string, "conversation": _refused("conversations are not supported: continue a stored "
+    "previous_response_id": string, "conversation": only(None, "conversations are not supported: continue a stored "
                                                              "response with previous_response_id"),
 }
 

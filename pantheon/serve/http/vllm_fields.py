@@ -3,19 +3,10 @@
 import json
 import re
 
-from pantheon.serve.http.field_types import bad, boolean, divisor, integer, known_object, show, string
+from pantheon.serve.http.field_types import bad, boolean, divisor, integer, known_object, only, show, string
 
 MAX_STOP_TOKENS = 64
 STRUCTURED_KEYS = ("json", "regex", "choice", "grammar", "json_object")
-
-
-def _only(value, why):
-    """A field accepted at its neutral value (what vLLM does when it is absent); any other is a 400 saying `why`."""
-    def check(name, v):
-        if type(v) is not type(value) or v != value:
-            raise bad(name, f"{why} (got {show(v)}; send {json.dumps(value)} or omit it)", "unsupported_value")
-        return v
-    return check
 
 
 def stop_token_ids(name, v):
@@ -56,16 +47,16 @@ FIELDS = {
     "guided_choice": choices, "guided_grammar": string, "structured_outputs": structured_outputs,
     "guided_decoding_backend": string,  # which library compiles the grammar: llguidance here, whatever is named
     "min_tokens": lambda name, v: integer(name, v, 0),
-    "include_stop_str_in_output": _only(False, "stop strings are never part of the output here"),
-    "skip_special_tokens": _only(True, "special tokens are always left out of the text here"),
-    "spaces_between_special_tokens": _only(True, "special tokens are always left out of the text here"),
-    "use_beam_search": _only(False, "beam search is not supported"),
-    "length_penalty": _only(1.0, "length_penalty applies to beam search, which is not supported"),
-    "priority": _only(0, "request priorities are not supported (admission is first come, first served)"),
-    "truncate_prompt_tokens": _only(None, "a prompt is never cut here: one that does not fit is a 400"),
+    "include_stop_str_in_output": only(False, "stop strings are never part of the output here"),
+    "skip_special_tokens": only(True, "special tokens are always left out of the text here"),
+    "spaces_between_special_tokens": only(True, "special tokens are always left out of the text here"),
+    "use_beam_search": only(False, "beam search is not supported"),
+    "length_penalty": only(1.0, "length_penalty applies to beam search, which is not supported"),
+    "priority": only(0, "request priorities are not supported (admission is first come, first served)"),
+    "truncate_prompt_tokens": only(None, "a prompt is never cut here: one that does not fit is a 400"),
 }
-CHAT_FIELDS = dict(FIELDS, add_generation_prompt=_only(True, "the prompt always ends with the assistant's turn"),
-                   continue_final_message=_only(False, "continue an assistant message through the Anthropic "
+CHAT_FIELDS = dict(FIELDS, add_generation_prompt=only(True, "the prompt always ends with the assistant's turn"),
+                   continue_final_message=only(False, "continue an assistant message through the Anthropic "
                                                        "Messages route's prefill"))
 
 

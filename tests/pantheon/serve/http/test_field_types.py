@@ -67,3 +67,11 @@ def test_boolean_and_string_are_exact_json_types():
 def test_show_cuts_long_values_and_names_containers():
     assert ft.show("x" * 1000).endswith('x...') and len(ft.show("x" * 1000)) == 83
     assert ft.show({"a": 1}) == "dict" and ft.show([1]) == "list" and ft.show(1.5) == "1.5"
+
+
+def test_only_takes_its_one_value_and_names_the_field_otherwise():
+    check = ft.only(False, "beam search is not supported")
+    assert check("f", False) is False
+    for other in (True, 0, "false", None):
+        err = refused(check, other)
+        assert err.code == "unsupported_value" and "beam search" in str(err) and "send false" in str(err)
