@@ -12,6 +12,7 @@ from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from pantheon.serve.http.app import create_app
 from pantheon.serve.local_backend import LocalBackend
+from pantheon.serve.response_store import ResponseStore
 from tests.conftest import shared_path
 
 GOLDEN = {"qwen2": "qwen2-q8_0.gguf", "llama": "llama-q8_0.gguf"}
@@ -37,6 +38,14 @@ def qwen_served(n_ctx=256, **app_kwargs):
     """The golden qwen2 model under its real chat template (Qwen2.5's), for the chat-shaped tests."""
     template = shared_path("templates", "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
     return Served(open_models(("qwen2",)), n_ctx=n_ctx, chat_templates={"qwen2": template}, **app_kwargs)
+
+
+def stored_served(directory, limit=1 << 20, n_ctx=CHAT_N_CTX, **kwargs):
+    """qwen_served with a Responses store of `limit` bytes in `directory` (as `.store`)."""
+    store = ResponseStore(directory / "responses.sqlite", limit)
+    server = qwen_served(n_ctx, response_store=store, **kwargs)
+    server.store = store
+    return server
 
 
 class Served:

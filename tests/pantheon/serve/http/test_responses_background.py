@@ -9,17 +9,13 @@ import pytest
 
 from pantheon.serve.http import responses_background
 from pantheon.serve.response_store import ResponseStore
-from tests.pantheon.serve.http.server import CHAT_N_CTX, call, qwen_served
-
-N_CTX = CHAT_N_CTX
+from tests.pantheon.serve.http.server import call, stored_served
 
 
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
     """qwen2 under Qwen2.5's template, with a store and one generation slot."""
-    store = ResponseStore(tmp_path_factory.mktemp("store") / "responses.sqlite", 1 << 20)
-    server = qwen_served(N_CTX, response_store=store, max_concurrent=1)
-    server.store = store
+    server = stored_served(tmp_path_factory.mktemp("store"), max_concurrent=1)
     yield server
     server.close()
 
@@ -131,8 +127,7 @@ def test_a_pending_response_whose_generator_died_reads_as_failed(tmp_path):
 
 
 def test_a_background_request_the_store_cannot_hold_is_refused_and_starts_nothing(tmp_path):
-    store = ResponseStore(tmp_path / "responses.sqlite", 1500)
-    server = qwen_served(N_CTX, response_store=store)
+    server = stored_served(tmp_path, limit=1500)
     try:
         status, _, out = call(server.port, "POST", "/v1/responses", {
             "model": "qwen2", "input": "word " * 300, "background": True, "max_output_tokens": 4})

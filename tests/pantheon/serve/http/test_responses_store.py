@@ -6,9 +6,8 @@ import sqlite3
 import openai
 import pytest
 
-from pantheon.serve.response_store import ResponseStore
 from pantheon.serve.settings import RESPONSE_ID_HEADER
-from tests.pantheon.serve.http.server import CHAT_N_CTX, call, named_events, qwen_served
+from tests.pantheon.serve.http.server import CHAT_N_CTX, call, named_events, stored_served
 
 N_CTX = CHAT_N_CTX
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -18,9 +17,7 @@ TOOLS = [{"type": "function", "name": "count", "description": "Count things.", "
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
     """qwen2 under Qwen2.5's template, with a store."""
-    store = ResponseStore(tmp_path_factory.mktemp("store") / "responses.sqlite", 1 << 20)
-    server = qwen_served(N_CTX, response_store=store)
-    server.store = store
+    server = stored_served(tmp_path_factory.mktemp("store"))
     yield server
     server.close()
 
