@@ -179,7 +179,8 @@ def _model_backend(config, i):
 
 
 def _response_homes():
-    return "\n".join([f"backend {RESPONSE_HOMES}", "    stick-table type string len 128 size 100k expire 30m store gpt0"])
+    return "\n".join([f"backend {RESPONSE_HOMES}",
+                      "    stick-table type string len 128 size 100k expire 30m store gpt0"])
 
 
 def _no_model():
