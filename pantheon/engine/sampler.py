@@ -132,6 +132,20 @@ class SamplingParams:
         return dataclasses.replace(self, seed=(self.seed + choice) % _SEED_LIMIT)
 
     @property
+    def greedy(self):
+        """Whether the draw is the best adjusted logit: temperature 0 with nothing in the chain that can drop that
+        token first. As in llama.cpp, typical_p and XTC run before the temperature and may remove it, dynamic
+        temperature spreads 0 into a range, and the infill sampler may end the answer (mirostat runs with none)."""
+        if self.temperature != 0.0 or self.infill:
+            return False
+        return bool(self.mirostat) or (self.typical_p >= 1.0 and self.dynatemp_range <= 0.0 and not self.xtc_acts)
+
+    @property
+    def xtc_acts(self):
+        """XTC is on: a draw of xtc_probability removes the likely tokens (a threshold above 0.5 removes none)."""
+        return self.xtc_probability > 0.0 and self.xtc_threshold <= 0.5
+
+    @property
     def penalizes(self):
         """Whether the repetition penalties change anything (mirostat's chain has none)."""
         return (self.mirostat == 0 and self.repeat_last_n != 0
@@ -167,7 +181,7 @@ class Sampler:
             top = float(adjusted.max())
             if not math.isfinite(top):
                 return _greedy_finite(adjusted, logits)
-            if self.params.temperature == 0.0 and not self.params.infill:
+            if self.params.greedy:
                 return int(np.argmax(adjusted))
             if self.mirostat is not None:
                 return self.mirostat.draw(adjusted / np.float32(self.params.temperature), self.rng)
@@ -249,8 +263,7 @@ class Sampler:
     def _xtc_runs(self, size):
         """XTC acts on a draw of probability xtc_probability, made (as llama.cpp makes it) only where it could."""
         p = self.params
-        return p.xtc_probability > 0.0 and p.xtc_threshold <= 0.5 and size >= 2 and \
-            self.rng.random() <= p.xtc_probability
+        return p.xtc_acts and size >= 2 and self.rng.random() <= p.xtc_probability
 
     def _draw(self, ids, kept, top):
         """Temperature last (dynamic within dynatemp_range of it), then one draw from the renormalized survivors."""

@@ -57,12 +57,14 @@ def apply(sampling, order):
 
 
 def _acts(sampler, p):
-    """Whether `sampler` changes the draw under settings `p` (a greedy draw is order-free: every filter
-    keeps the best token; the infill sampler may drop it, so with it greedy counts as acting)."""
+    """Whether `sampler` changes the draw under settings `p` (a greedy draw is order-free unless a sampler that
+    can drop the best token runs: typical_p, xtc, infill; SamplingParams.greedy)."""
     if sampler == "penalties":
         return p["repeat_penalty"] != 1.0 or p["presence_penalty"] != 0.0 or p["frequency_penalty"] != 0.0
     if sampler == "temperature":
-        return (p["temperature"] != 1.0 or p["dynatemp_range"] > 0.0) and (p["temperature"] != 0.0 or p["infill"])
+        return (p["temperature"] != 1.0 or p["dynatemp_range"] > 0.0) and (
+            p["temperature"] != 0.0 or p["infill"] or p["dynatemp_range"] > 0.0 or _acts("typical_p", p)
+            or _acts("xtc", p))
     if sampler == "infill":
         return p["infill"]
     if sampler == "top_n_sigma":

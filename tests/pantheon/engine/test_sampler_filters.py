@@ -180,11 +180,21 @@ def test_mirostat_skips_the_penalties_and_keeps_the_bias_as_llama_cpp_does():
     assert Sampler(banned, 4).sample(logits) == 2
 
 
-def test_temperature_zero_stays_greedy_whatever_the_optional_samplers():
+def test_temperature_zero_takes_the_best_survivor_of_the_filters_as_llama_cpp_does():
+    """llama.cpp runs typical_p and XTC before the temperature, whose 0 then keeps the best token left; dynamic
+    temperature makes 0 a range; mirostat runs behind a plain temperature, and top_k / top_p / min_p /
+    top_n_sigma never drop the best token."""
     logits = logits_of([0.4, 0.3, 0.2, 0.1])
-    for extra in (dict(xtc_probability=1.0, xtc_threshold=0.1), dict(typical_p=0.1), dict(mirostat=1),
-                  dict(dynatemp_range=2.0)):
-        assert Sampler(SamplingParams(temperature=0.0, **extra), 4).sample(logits) == 0
+    greedy = lambda **extra: Sampler(SamplingParams(temperature=0.0, seed=5, **extra), 4).sample(logits)
+    assert greedy(xtc_probability=1.0, xtc_threshold=0.09) == 3  # all four reach it: all but the least likely go
+    assert greedy(xtc_probability=1.0, xtc_threshold=0.25) == 1  # 0.4 and 0.3 reach it: only 0.4 goes
+    assert greedy(typical_p=0.1) == 1  # surprise ln(1/0.3) is the nearest to the entropy, 1.28 nats
+    for extra in (dict(mirostat=1), dict(top_k=2, top_p=0.1, min_p=0.9, top_n_sigma=0.1), dict(xtc_threshold=0.1),
+                  dict(xtc_probability=1.0, xtc_threshold=0.6)):
+        assert greedy(**extra) == 0
+    spread = Sampler(SamplingParams(temperature=0.0, dynatemp_range=2.0, seed=5), 4)
+    assert len({spread.sample(logits) for _ in range(40)}) > 1  # entropy 0.92 of the most: about temperature 1.85
+    assert SamplingParams(temperature=0.0).greedy and not SamplingParams(temperature=0.0, typical_p=0.5).greedy
 
 
 @pytest.mark.parametrize("field, value", [("typical_p", 1.5), ("typical_p", -0.1), ("xtc_probability", 2.0),

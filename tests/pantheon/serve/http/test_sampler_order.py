@@ -93,6 +93,15 @@ def test_the_order_of_samplers_that_do_nothing_is_free():
     assert sampler_order.apply({}, ("top_k", "penalties", "top_p", "min_p", "temperature")) == optional_off
 
 
+def test_a_greedy_temperature_before_a_filter_that_drops_the_best_token_is_refused():
+    """llama.cpp's temperature 0 keeps one token: listed before xtc or typical_p it leaves them nothing to do,
+    while Pantheon's chain runs them first (and they can drop the best token)."""
+    for extra, name in (({"xtc_probability": 1.0}, "xtc"), ({"typical_p": 0.5}, "typical_p")):
+        with pytest.raises(RequestError):
+            sampler_order.apply({"temperature": 0, **extra}, ("temperature", name))
+        assert sampler_order.apply({"temperature": 0, **extra}, (name, "temperature"))["temperature"] == 0
+
+
 def test_a_chat_ui_preset_is_served(served):
     status, _, out = call(served.port, "POST", "/completion", dict(TAVERN, model="qwen2", prompt="Once upon",
                                                                    n_predict=3))
