@@ -92,6 +92,21 @@ class ResponseStore:
             self._evict(db)
         return True
 
+    def begin(self, response_id):
+        """A queued background response's generation has begun: its status becomes in_progress. Whether it is
+        still pending (nothing is written over one settled or cancelled meanwhile)."""
+        with self._lock, self._write() as db:
+            row = db.execute("SELECT owner, body FROM responses WHERE id = ?", (response_id,)).fetchone()
+            if row is None or row[0] is None:
+                return False
+            body = json.loads(row[1])
+            if body["status"] == "queued":
+                body["status"] = "in_progress"
+                body_json = json.dumps(body)
+                db.execute("UPDATE responses SET body = ?, bytes = bytes + ? WHERE id = ?",
+                           (body_json, len(body_json) - len(row[1]), response_id))
+        return True
+
     def cancel(self, response_id):
         """Cancel a pending background response (its status becomes cancelled; its generator stops when it next
         looks); the response object as it now stands. MissingResponse if it is not held."""

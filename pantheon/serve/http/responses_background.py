@@ -27,21 +27,25 @@ def check(values, store):
 
 
 class CancelPoll:
-    """The `gone()` of a background generation: true once its stored response is no longer pending (cancelled,
-    deleted or evicted), asked of the store at most every POLL_S (the generation asks at every token)."""
+    """The `gone()` of a background generation `gen`: true once its stored response is no longer pending
+    (cancelled, deleted or evicted), asked of the store at most every POLL_S (the generation asks at every token,
+    the disconnect watch while it waits). Once the first token came, the stored response turns in_progress."""
 
-    def __init__(self, store, response_id):
-        self.store, self.response_id = store, response_id
-        self.asked, self.gone = 0.0, False
+    def __init__(self, store, response_id, gen):
+        self.store, self.response_id, self.gen = store, response_id, gen
+        self.asked, self.gone, self.begun = 0.0, False, False
 
     def __call__(self):
         now = time.monotonic()
-        if not self.gone and now - self.asked >= POLL_S:
-            self.asked = now
-            try:
+        try:
+            if not self.begun and self.gen.first_at is not None:
+                self.begun, self.asked = True, now
+                self.gone = not self.store.begin(self.response_id)
+            elif not self.gone and now - self.asked >= POLL_S:
+                self.asked = now
                 self.gone = not self.store.pending(self.response_id)
-            except StoreUnavailable:
-                pass  # a store that cannot be read now cancels nothing; the answer is written when it can be
+        except StoreUnavailable:
+            pass  # a store that cannot be read now cancels nothing; the answer is written when it can be
         return self.gone
 
 
@@ -59,7 +63,7 @@ def start(reply):
         reply.gen.cancel()
         raise bad("background", "the request's input is larger than the whole response store "
                   "(--responses-store): a background response could not be read back", "invalid_value")
-    reply.gen.gone = CancelPoll(reply.store, reply.id)  # the HTTP request ends now; only a cancel stops it
+    reply.gen.gone = CancelPoll(reply.store, reply.id, reply.gen)  # the HTTP request ends now; only a cancel stops it
     threading.Thread(target=_run, args=(reply,), name=f"background-{reply.id}", daemon=True).start()
     return queued
 

@@ -83,6 +83,23 @@ def assert_running(kept):
         time.sleep(0.02)
 
 
+def test_a_response_is_queued_while_it_waits_and_in_progress_once_it_generates(kept, client):
+    """One generation slot: while the first background response holds it (in_progress), the second waits
+    (queued); each reading of the second is checked against a reading of the first made after it."""
+    assert_idle(kept)
+    kw = dict(model="qwen2", temperature=0, background=True)
+    first = client.responses.create(input="Tell a long story.", max_output_tokens=150, **kw)
+    second = client.responses.create(input="Hi", max_output_tokens=4, **kw)
+    seen, deadline = [], time.monotonic() + 60
+    while not seen or seen[-1][1] in ("queued", "in_progress"):
+        waiting = client.responses.retrieve(second.id).status
+        seen.append((waiting, client.responses.retrieve(first.id).status))
+        assert time.monotonic() < deadline, seen[-5:]
+    both = [waiting for waiting, running in seen if running == "in_progress"]
+    assert both and set(both) == {"queued"}, seen
+    assert seen[-1][1] == "incomplete" and poll(client, second.id).status == "incomplete"
+
+
 def test_a_pending_response_cannot_be_continued(kept, client):
     running = client.responses.create(model="qwen2", input="Count.", max_output_tokens=400, temperature=0,
                                       background=True)
@@ -121,8 +138,10 @@ def test_a_pending_response_whose_generator_died_reads_as_failed(tmp_path):
     store.put("resp_alive", None, {"id": "resp_alive", "status": "queued", "background": True}, [],
               owner=os.getpid())
     assert store.get("resp_alive")["status"] == "queued" and store.pending("resp_alive")
+    assert store.begin("resp_alive") and store.get("resp_alive")["status"] == "in_progress"
     assert store.settle("resp_alive", {"id": "resp_alive", "status": "completed", "background": True})
     assert not store.pending("resp_alive") and not store.settle("resp_alive", {"status": "late"})
+    assert not store.begin("resp_alive") and not store.begin("resp_never")
     assert store.get("resp_alive")["status"] == "completed"
 
 
