@@ -18,7 +18,8 @@ class Generation:
     first token, the generation ends ("length") at the next token whose text holds a newline, so a
     code completion stops on a whole line. `min_indent` (llama-server's n_indent, 0 = off) ends it
     ("length") before the first later line indented less (see IndentLimit). `min_tokens` (vLLM's): the stop
-    strings are not looked for in the first that many tokens (the engine holds the end tokens off as long).
+    strings are not looked for in the text of the first that many tokens, only in what ends after it (the engine
+    holds the end tokens off as long).
     """
 
     def __init__(self, stream, tokenizer, stops=(), gone=None, recorder=None, model="",
@@ -121,8 +122,9 @@ class Generation:
         return self._gate(self._stopped(text))
 
     def _stopped(self, text):
-        """`text` through the stop strings, which vLLM's min_tokens holds off for the first tokens."""
-        return text if self.tokens <= self.min_tokens else self.stops.push(text)
+        """`text` through the stop strings, which vLLM's min_tokens holds off for the first tokens (one that
+        spans the boundary still ends the answer, as in vLLM)."""
+        return self.stops.hold(text) if self.tokens <= self.min_tokens else self.stops.push(text)
 
     def _decode(self, tid):
         """Count one token and return its text. Tokens that arrive in the same event after the one that

@@ -12,6 +12,7 @@ class StopMatcher:
         self.stops = tuple(s for s in stops if s)
         self.matched = None  # the stop string that ended the text, once one has
         self._held = ""
+        self._floor = 0  # a match must end past this many held characters (they came through hold())
 
     def push(self, text):
         """Safe text completed by `text`; after a match, the text before it, and nothing ever again."""
@@ -24,6 +25,16 @@ class StopMatcher:
             return buf[:cut]
         keep = self._partial_suffix(buf)
         self._held = buf[len(buf) - keep:] if keep else ""
+        self._floor = max(0, self._floor - (len(buf) - keep))  # held text goes out from its front
+        return buf[:len(buf) - keep]
+
+    def hold(self, text):
+        """`push` without looking for a stop string in `text` (vLLM's min_tokens): it only holds the tail that
+        could begin one, so a stop string the next push completes is still found (vLLM's window finds it too)."""
+        buf = self._held + text
+        keep = self._partial_suffix(buf)
+        self._held = buf[len(buf) - keep:] if keep else ""
+        self._floor = len(self._held)
         return buf[:len(buf) - keep]
 
     def flush(self):
@@ -32,7 +43,7 @@ class StopMatcher:
         return text
 
     def _first_match(self, buf):
-        hits = [(buf.find(s), s) for s in self.stops]
+        hits = [(buf.find(s, max(0, self._floor - len(s) + 1)), s) for s in self.stops]
         hits = [(i, s) for i, s in hits if i >= 0]
         return min(hits, key=lambda h: h[0]) if hits else (-1, None)
 

@@ -89,3 +89,12 @@ def test_ids_after_the_one_that_ended_the_answer_are_not_counted():
 def test_without_an_end_every_id_of_a_many_id_event_is_counted():
     gen = Generation(_OneEvent(), _Tok())
     assert "".join(gen.pieces()) == "".join(PIECES) and gen.tokens == len(PIECES) == gen.usage["completion_tokens"]
+
+
+def test_min_tokens_skips_a_stop_string_in_its_tokens_but_not_one_that_ends_after_them():
+    """vLLM: the first min_tokens tokens' text is not searched, but a stop string may begin in it."""
+    inside = Generation(_Stream(), _Tok(), stops=["b\n"], min_tokens=2)
+    assert "".join(inside.pieces()) == "".join(PIECES) and inside.finish_reason == "length"
+    spanning = Generation(_Stream(), _Tok(), stops=["\nc"], min_tokens=2)
+    assert "".join(spanning.pieces()) == "ab" and spanning.finish_reason == "stop"
+    assert spanning.usage["completion_tokens"] == 3

@@ -62,3 +62,36 @@ def test_random_texts_match_the_reference_and_never_leak():
             sent += part
             assert want.startswith(sent), (text, stops, pieces)
         assert sent + tail == want, (text, stops, pieces)
+
+
+def held_reference(stops, held, pieces):
+    """vLLM's min_tokens: no stop string is looked for in the text of the `held` pieces; afterwards the text
+    ends at the earliest stop string that ends past them (one may begin inside them)."""
+    text = "".join(held)
+    floor = len(text)
+    for piece in pieces:
+        text += piece
+        hits = [i for i in (text.find(s, max(0, floor - len(s) + 1)) for s in stops) if i >= 0]
+        if hits:
+            return text[:min(hits)]
+    return text
+
+
+def feed_held(stops, held, pieces):
+    m = StopMatcher(stops)
+    return "".join([m.hold(p) for p in held] + [m.push(p) for p in pieces]) + m.flush()
+
+
+def test_a_held_stop_string_is_not_matched_but_one_spanning_past_the_held_text_is():
+    assert feed_held(["STOP"], ["a STOP b ST"], ["OP c"]) == "a STOP b "
+    assert feed_held(["b", "abc"], ["ab"], ["", "x"]) == "abx"  # "b" lies wholly in the held text
+    assert feed_held(["b", "abc"], ["ab"], ["c", "x"]) == ""
+
+
+def test_random_held_texts_match_vllms_window():
+    rng = random.Random(7)
+    for _ in range(400):
+        stops = ["".join(rng.choice("ab ") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 3))]
+        held = ["".join(rng.choice("ab ") for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(0, 3))]
+        pieces = ["".join(rng.choice("ab ") for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(0, 4))]
+        assert feed_held(stops, held, pieces) == held_reference(stops, held, pieces), (stops, held, pieces)
