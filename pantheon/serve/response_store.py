@@ -14,6 +14,10 @@ from pantheon.errors import PantheonError
 TABLE = """CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY, previous TEXT, body TEXT NOT NULL, items TEXT NOT NULL,
     bytes INTEGER NOT NULL, used INTEGER NOT NULL, owner INTEGER)"""
+# a streamed background response's SSE events by sequence number (gone with their response: foreign_keys on)
+EVENTS = """CREATE TABLE IF NOT EXISTS events (
+    id TEXT NOT NULL REFERENCES responses (id) ON DELETE CASCADE, seq INTEGER NOT NULL, body BLOB NOT NULL,
+    PRIMARY KEY (id, seq))"""
 PENDING = ("queued", "in_progress")  # a background response's statuses before it settles
 BUSY_S = 30.0  # how long a front waits for another front's write before the store counts as unavailable
 EVICT_BATCH = 64  # least recently used rows read per eviction query
@@ -80,17 +84,49 @@ class ResponseStore:
             except MissingResponse:
                 return False
 
-    def settle(self, response_id, body):
-        """A pending background response's final object; False (nothing written) if it is no longer pending."""
+    def settle(self, response_id, body, events=()):
+        """A pending background response's final object (and its stream's last `events`, see append); False
+        (nothing written) if it is no longer pending."""
         body_json = json.dumps(body)
         with self._lock, self._write() as db:
             row = db.execute("SELECT owner, items FROM responses WHERE id = ?", (response_id,)).fetchone()
             if row is None or row[0] is None:
                 return False
+            db.executemany("INSERT OR REPLACE INTO events VALUES (?, ?, ?)", [(response_id, *e) for e in events])
+            streamed = db.execute("SELECT COALESCE(SUM(LENGTH(body)), 0) FROM events WHERE id = ?",
+                                  (response_id,)).fetchone()[0]
             db.execute("UPDATE responses SET body = ?, bytes = ?, used = ?, owner = NULL WHERE id = ?",
-                       (body_json, len(body_json) + len(row[1]), time.time_ns(), response_id))
+                       (body_json, len(body_json) + len(row[1]) + streamed, time.time_ns(), response_id))
             self._evict(db)
         return True
+
+    def append(self, response_id, events):
+        """A pending background stream's next events, [(sequence_number, SSE bytes)], counted in its bytes; False
+        (nothing written) if it is no longer pending (cancelled, deleted or evicted)."""
+        with self._lock, self._write() as db:
+            row = db.execute("SELECT owner FROM responses WHERE id = ?", (response_id,)).fetchone()
+            if row is None or row[0] is None:
+                return False
+            db.executemany("INSERT OR REPLACE INTO events VALUES (?, ?, ?)", [(response_id, *e) for e in events])
+            db.execute("UPDATE responses SET bytes = bytes + ? WHERE id = ?", (sum(len(e[1]) for e in events),
+                                                                              response_id))
+            self._evict(db)
+        return True
+
+    def events(self, response_id, after):
+        """(its state: "pending", "settled" or "orphaned" (its generating process died), the stored stream events
+        after sequence number `after` as [(n, bytes)]). The state is read first: once it is not pending, every
+        event had been written. MissingResponse if it is not held."""
+        with self._lock:
+            owner, _ = self._pending(response_id)
+            try:
+                rows = self._db().execute("SELECT seq, body FROM events WHERE id = ? AND seq > ? ORDER BY seq",
+                                          (response_id, after)).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"the response store {self.path} cannot be read: {exc}") from None
+        if owner is None:
+            return "settled", rows
+        return ("pending" if psutil.pid_exists(owner) else "orphaned"), rows
 
     def begin(self, response_id):
         """A queued background response's generation has begun: its status becomes in_progress. Whether it is
@@ -192,7 +228,7 @@ class ResponseStore:
 
 
 def open_store(path):
-    """A connection to the store at `path`, made WAL with its table (created if need be).
+    """A connection to the store at `path`, made WAL with its tables (created if need be).
 
     Switching a file to WAL takes it whole, and SQLite does not wait for that (the busy timeout does not
     apply): two processes opening a new store at once see "database is locked". So the first open retries
@@ -204,7 +240,9 @@ def open_store(path):
             conn = sqlite3.connect(path, timeout=BUSY_S, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=OFF")  # a cache of answers: a host crash may lose it
+            conn.execute("PRAGMA foreign_keys=ON")  # a response's events go with it
             conn.execute(TABLE)
+            conn.execute(EVENTS)
             return conn
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:

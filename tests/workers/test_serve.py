@@ -406,6 +406,36 @@ def test_a_background_response_made_in_one_front_is_polled_and_cancelled_through
     to_b.close()
 
 
+def test_a_streamed_background_response_made_in_one_front_is_resumed_through_the_other(server):
+    """The stream breaks after a few events in front a; front b resumes it from the last one it had."""
+    a, b = fronts(server)
+    to_a, to_b = _connection_to(server, a, [b]), _connection_to(server, b, [a])
+    ask = {"model": "llama", "temperature": 0, "input": "Once upon a time", "max_output_tokens": 40}
+    whole = _ask(to_b, "POST", "/v1/responses", ask)[1]["output"][0]["content"][0]["text"]
+    to_a.request("POST", "/v1/responses", json.dumps(dict(ask, background=True, stream=True)),
+                 {"Content-Type": "application/json"})
+    first = _sse_events(to_a.getresponse(), limit=6)
+    to_a.close()  # the client lost its stream
+    response_id = first[0]["response"]["id"]
+    to_b.request("GET", f"/v1/responses/{response_id}?stream=true&starting_after={first[-1]['sequence_number']}")
+    rest = _sse_events(to_b.getresponse())
+    assert [e["sequence_number"] for e in first + rest] == list(range(len(first) + len(rest)))
+    assert rest[-1]["type"] == "response.incomplete" and rest[-1]["response"]["id"] == response_id
+    assert "".join(e["delta"] for e in first + rest if e["type"] == "response.output_text.delta") == whole
+    to_b.close()
+
+
+def _sse_events(resp, limit=None):
+    assert resp.status == 200, resp.read()
+    got = []
+    for line in resp:
+        if line.startswith(b"data: "):
+            got.append(json.loads(line[6:]))
+            if len(got) == limit:
+                break
+    return got
+
+
 def _completion_tokens(server, model="llama"):
     line = f'pantheon_completion_tokens_total{{model="{model}"}} '.encode()
     return next((float(x[len(line):]) for x in server.get("/metrics")[1].splitlines() if x.startswith(line)), 0.0)

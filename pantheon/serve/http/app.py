@@ -92,7 +92,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
         app.add_route(f"{prefix}/messages/count_tokens", CountTokens(backend, options))
         app.add_route(f"{prefix}/responses", Responses(backend, options))  # OpenAI's Responses API
         app.add_route(f"{prefix}/responses/input_tokens", InputTokens(backend, options))
-        stored = Stored(response_store)
+        stored = Stored(response_store, options.keepalive)
         app.add_route(f"{prefix}/responses/{{response_id}}", stored)
         app.add_route(f"{prefix}/responses/{{response_id}}/input_items", stored, suffix="items")
         app.add_route(f"{prefix}/responses/{{response_id}}/cancel", stored, suffix="cancel")

@@ -5,7 +5,7 @@ import uuid
 
 from pantheon.serve.http import chat_plan, responses_background, responses_fields, sse
 from pantheon.serve.http.backend import BackendError
-from pantheon.serve.http.completions import RestatedChat
+from pantheon.serve.http.completions import RestatedChat, SseBody
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.field_types import bad, show
 from pantheon.serve.response_store import MissingResponse, StoreUnavailable
@@ -41,6 +41,7 @@ class _Reply:
         self.close_id = served.think_ids[1] if served.think_ids else None
         self.id, self.created = _id("resp"), int(time.time())
         self.items, self.seq = [], 0  # streaming: the output items done so far, the next sequence_number
+        self.begun = False  # streaming: response.in_progress was sent
         self.open, self.text, self.scores = None, "", []  # streaming: the item being written, its text, logprobs
 
     def response(self, status, output, usage=None, error=None):
@@ -99,11 +100,13 @@ class _Reply:
 
     def _kept(self, body):
         """`body`, stored when the request asked it (store, true by default); its store field says if it was. A
-        background response settles its stored queued object (unless it was cancelled meanwhile)."""
+        background response settles its stored queued object (unless it was cancelled meanwhile); a streamed one
+        is settled by its writer, with the event that carries it (responses_background)."""
         if self.store is not None:
             try:
                 if self.background:
-                    self.store.settle(self.id, body)  # False: it was cancelled meanwhile, and stays so
+                    if not self.values.get("stream"):
+                        self.store.settle(self.id, body)  # False: it was cancelled meanwhile, and stays so
                     body["store"] = True
                 else:
                     body["store"] = self.store.put(self.id, self.values.get("previous_response_id"), body,
@@ -113,28 +116,45 @@ class _Reply:
         return body
 
     def events(self):
-        """response.created and .in_progress; reasoning and message items as their text comes, function calls
-        whole at the end; response.completed or .incomplete; response.failed if the die fails."""
+        """response.created and .in_progress (a background one: created queued, .queued, and .in_progress before
+        the answer's first event); reasoning and message items as their text comes, function calls whole at the
+        end; response.completed or .incomplete; response.failed if the die fails."""
         try:
-            yield self._event("response.created", response=self.response("in_progress", []))
-            yield self._event("response.in_progress", response=self.response("in_progress", []))
+            yield self._event("response.created", response=self.response("queued" if self.background else
+                                                                           "in_progress", []))
+            if self.background:
+                yield self._event("response.queued", response=self.response("queued", []))
+            else:
+                yield from self._progress()
             yield from self._deltas(self.choice.deltas())
-            if self.gen.finish_reason == "abort":
-                return
-            reply = self.choice.output.message()
-            if not reply.get("tool_calls") and not any(i["type"] == "message" for i in self.items) \
-                    and (self.open or {}).get("type") != "message":
-                yield from self._start("message")  # an empty reply is still a message
-            yield from self._close()
-            for call in reply.get("tool_calls") or ():
-                yield from self._call(_function_call(call))
-            status = self.status()
-            final = self._kept(self.response(status, self.items, self.usage(reply)))
-            yield self._event(f"response.{status}", response=final)
+            if self.gen.finish_reason != "abort":
+                yield from self._ending()
         except BackendError as exc:  # the status line is gone: the response fails in-band
             self.gen.cancel()
             yield self._event("response.failed", response=self.response("failed", self.items, error={
                 "code": exc.code, "message": str(exc)}))
+
+    def _progress(self):
+        """response.in_progress, once: at once, or for a background response before the answer's first event
+        (until then it waited for a batch place and its prefill)."""
+        if not self.begun:
+            self.begun = True
+            yield self._event("response.in_progress", response=self.response("in_progress", []))
+
+    def _ending(self):
+        """After the text: the open item closed (an empty reply is still a message), the function calls, the
+        final status event."""
+        yield from self._progress()
+        reply = self.choice.output.message()
+        if not reply.get("tool_calls") and not any(i["type"] == "message" for i in self.items) \
+                and (self.open or {}).get("type") != "message":
+            yield from self._start("message")
+        yield from self._close()
+        for call in reply.get("tool_calls") or ():
+            yield from self._call(_function_call(call))
+        status = self.status()
+        final = self._kept(self.response(status, self.items, self.usage(reply)))
+        yield self._event(f"response.{status}", response=final)
 
     def _event(self, kind, **body):
         self.seq += 1
@@ -142,6 +162,7 @@ class _Reply:
 
     def _deltas(self, deltas):
         for delta in deltas:
+            yield from self._progress()
             for key, kind in (("reasoning_content", "reasoning"), ("content", "message")):
                 if delta.get(key):
                     yield from self._start(kind)
@@ -231,7 +252,11 @@ class Responses(_Route):
 
     def answer(self, resp, parsed, choice, reply):
         """A background response is answered at once, queued, and generated in a thread."""
-        if reply.background:
+        if reply.background and parsed.stream:
+            resp.content_type = sse.CONTENT_TYPE
+            resp.set_headers(sse.HEADERS)
+            resp.stream = SseBody(responses_background.start(reply), keepalive=self.options.keepalive)
+        elif reply.background:
             resp.media = responses_background.start(reply)
         else:
             super().answer(resp, parsed, choice, reply)
@@ -254,11 +279,21 @@ class Stored:
     """GET and DELETE /v1/responses/{id}, GET its input_items, POST its cancel: the responses made with store
     true (the default), while the store's byte bound keeps them; without a store every id is a 404 saying so."""
 
-    def __init__(self, store):
-        self.store = store
+    def __init__(self, store, keepalive=0.0):
+        self.store, self.keepalive = store, keepalive
 
     def on_get(self, req, resp, response_id):
-        resp.media = self._ask(response_id, "get")
+        """The stored object; with stream=true, a streamed background response's events after starting_after."""
+        after = responses_background.resumed(req.params)
+        if after is None:
+            resp.media = self._ask(response_id, "get")
+            return
+        if not self._ask(response_id, "events", -1)[1]:
+            raise RequestError(f"response {show(response_id)} was not created as a streamed background response: "
+                               "read it without stream", param="stream", code="not_streamed")
+        resp.content_type = sse.CONTENT_TYPE
+        resp.set_headers(sse.HEADERS)
+        resp.stream = SseBody(responses_background.tail(self.store, response_id, after), keepalive=self.keepalive)
 
     def on_delete(self, req, resp, response_id):
         self._ask(response_id, "delete")
@@ -276,13 +311,13 @@ class Stored:
                                param="response_id", code="not_background")
         resp.media = body
 
-    def _ask(self, response_id, method):
+    def _ask(self, response_id, method, *args):
         """The store's `method` of the id; its failures as the HTTP errors OpenAI's clients expect."""
         if self.store is None:
             raise RequestError(f"response {show(response_id)} not found: {responses_fields.STATELESS}",
                                param="response_id", code="not_found", status=404)
         try:
-            return getattr(self.store, method)(response_id)
+            return getattr(self.store, method)(response_id, *args)
         except MissingResponse as exc:
             raise RequestError(str(exc), param="response_id", code="not_found", status=404) from None
         except StoreUnavailable as exc:

@@ -1,29 +1,50 @@
-"""Background Responses (OpenAI's background: true): answered at once as queued, generated in a thread, polled."""
+"""Background Responses (OpenAI's background: true): answered at once as queued, generated in a thread, polled;
+a streamed one's events go through the store, so a client that lost its stream resumes it from any front."""
 
+import json
 import logging
 import os
+import queue
+import re
 import threading
 import time
 
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.errors import RequestError
-from pantheon.serve.http.field_types import bad
-from pantheon.serve.response_store import StoreUnavailable
+from pantheon.serve.http.field_types import bad, show
+from pantheon.serve.http import sse
+from pantheon.serve.response_store import MissingResponse, StoreUnavailable
 
 POLL_S = 0.25  # how often a background generation asks the store whether it was cancelled
+TAIL_S = 0.02  # how often a streamed background response's reader looks for events it has not sent
+TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")  # the events that settle one
+_END = object()
+SEQUENCE = re.compile(r"[0-9]{1,9}")  # starting_after: ASCII digits only ("²".isdigit() is true)
 _log = logging.getLogger(__name__)
 
 
 def check(values, store):
-    """A background request needs the store (it is how the client reads the answer) and no stream."""
+    """A background request needs the store: it is how the client reads the answer (and a stream's events)."""
     if not values.get("background"):
         return
     if store is None or values.get("store", True) is False:
         raise bad("background", "a background response is read back from the store: it needs store true and a "
                   "server with a store (--responses-store above 0)", "unsupported_value")
-    if values.get("stream"):
-        raise bad("background", "streamed background responses are not served: create it without stream and poll "
-                  "GET /v1/responses/{id}", "unsupported_value")
+
+
+def resumed(params):
+    """GET /v1/responses/{id}'s query: None without stream=true, else the sequence number the stream resumes
+    after (starting_after; -1 for the whole stream)."""
+    stream = params.get("stream", "false")
+    if stream not in ("true", "false"):
+        raise bad("stream", f"expected true or false, got {show(stream)}", "invalid_value")
+    after = params.get("starting_after")
+    if after is not None and not (isinstance(after, str) and SEQUENCE.fullmatch(after)):
+        raise bad("starting_after", f"expected a sequence number (a whole number), got {show(after)}",
+                  "invalid_value")
+    if stream == "false":
+        return None
+    return -1 if after is None else int(after)
 
 
 class CancelPoll:
@@ -50,22 +71,39 @@ class CancelPoll:
 
 
 def start(reply):
-    """Store `reply` as queued, owned by this process, and generate it in a thread; the queued object. A
-    response the store cannot hold is refused (its generation, already started, is cancelled)."""
+    """Store `reply` as queued, owned by this process, and generate it in a thread; the queued object, or for a
+    stream the events to send (read back from the store, see tail). A response the store cannot hold is refused
+    (its generation, already started, is cancelled)."""
     queued = reply.response("queued", [])
     try:
-        kept = reply.store.put(reply.id, reply.values.get("previous_response_id"), queued, reply.input_items(),
-                               owner=os.getpid())
+        _keep(reply, queued)
+        events = _first_events(reply) if reply.values.get("stream") else None
     except StoreUnavailable as exc:
         reply.gen.cancel()
         raise RequestError(str(exc), code="store_unavailable", status=503, type="server_error") from None
-    if not kept:
+    reply.gen.gone = CancelPoll(reply.store, reply.id, reply.gen)  # the HTTP request ends now; only a cancel stops it
+    run, args = (_run, (reply,)) if events is None else (_write, (reply, events))
+    threading.Thread(target=run, args=args, name=f"background-{reply.id}", daemon=True).start()
+    return queued if events is None else tail(reply.store, reply.id, -1)
+
+
+def _keep(reply, queued):
+    if not reply.store.put(reply.id, reply.values.get("previous_response_id"), queued, reply.input_items(),
+                           owner=os.getpid()):
         reply.gen.cancel()
         raise bad("background", "the request's input is larger than the whole response store "
                   "(--responses-store): a background response could not be read back", "invalid_value")
-    reply.gen.gone = CancelPoll(reply.store, reply.id, reply.gen)  # the HTTP request ends now; only a cancel stops it
-    threading.Thread(target=_run, args=(reply,), name=f"background-{reply.id}", daemon=True).start()
-    return queued
+
+
+def _first_events(reply):
+    """A streamed response's events, its first two (created, queued) already stored: a response with stored
+    events is one that can be streamed back."""
+    events, first = reply.events(), []
+    for _ in range(2):
+        event = next(events)
+        first.append((reply.seq - 1, event))
+    reply.store.append(reply.id, first)
+    return events
 
 
 def _run(reply):
@@ -86,3 +124,73 @@ def _settle_failed(reply, code, message):
         reply.store.settle(reply.id, reply.response("failed", [], error={"code": code, "message": message}))
     except StoreUnavailable:
         _log.warning("background response %s failed and the store cannot say so", reply.id)
+
+
+def _write(reply, events):
+    """A streamed response's events stored as they come (those made during a write go in the next one), the
+    terminal one with the settled object it carries. A response no longer pending (cancelled, deleted, evicted)
+    stops its generation."""
+    inbox = queue.Queue()
+    threading.Thread(target=_make, args=(reply, events, inbox), name=f"events-{reply.id}", daemon=True).start()
+    try:
+        while True:
+            batch = [inbox.get()]
+            while not inbox.empty():  # this thread alone takes from the inbox
+                batch.append(inbox.get_nowait())
+            if not _store(reply, [e for e in batch if isinstance(e, tuple)], batch[-1]):
+                return
+    except StoreUnavailable:
+        _log.warning("background response %s: the store cannot take its events; its generation stops", reply.id)
+    finally:
+        reply.gen.cancel()
+
+
+def _make(reply, events, inbox):
+    """Run the events in their own thread, so that a write never holds the generation up."""
+    try:
+        for event in events:
+            inbox.put((reply.seq - 1, event))  # the number of the event just made
+        inbox.put(_END)
+    except Exception as exc:  # a bug: the client reading the stream must still see an end
+        _log.exception("background response %s failed", reply.id)
+        inbox.put(exc)
+
+
+def _store(reply, events, last):
+    """Write one batch; whether the response is still pending and more may come. Events that end without a
+    terminal one (a bug, or an abort that was not a cancel) settle it failed (a cancelled one stays so)."""
+    final = next((e for e in events if _kind(e[1]) in TERMINAL), None)
+    if final is not None:
+        reply.store.settle(reply.id, json.loads(final[1].split(b"data: ", 1)[1])["response"], events)
+        return False
+    if last is _END or isinstance(last, Exception):
+        why = f"{type(last).__name__}: {last}" if last is not _END else "the generation was aborted"
+        reply.store.settle(reply.id, reply.response("failed", [], error={"code": "server_error", "message": why}),
+                           events)
+        return False
+    return reply.store.append(reply.id, events)
+
+
+def _kind(event):
+    """An SSE event's type: its `event:` line."""
+    return event[len(b"event: "):event.index(b"\n")]
+
+
+def tail(store, response_id, after):
+    """SSE events of a streamed background response after sequence number `after`: those stored, then each as
+    its generator stores it, until it settles (one whose generating process died ends with response.failed;
+    one deleted or evicted meanwhile just ends)."""
+    while True:
+        try:
+            state, rows = store.events(response_id, after)
+        except MissingResponse:
+            return
+        for after, event in rows:
+            yield event
+        if state == "orphaned":
+            yield sse.named("response.failed", {"type": "response.failed", "sequence_number": after + 1,
+                                                "response": store.get(response_id)})
+        if state != "pending":
+            return
+        if not rows:
+            time.sleep(TAIL_S)

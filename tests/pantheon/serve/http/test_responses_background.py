@@ -1,6 +1,8 @@
 """Background Responses with the official `openai` client: queued at once, polled to the same answer as a
 foreground response, cancelled, refused where they cannot be read back."""
 
+import http.client
+import json
 import os
 import time
 
@@ -8,7 +10,7 @@ import openai
 import pytest
 
 from pantheon.serve.http import responses_background
-from pantheon.serve.response_store import ResponseStore
+from pantheon.serve.response_store import MissingResponse, ResponseStore
 from tests.pantheon.serve.http.server import call, stored_served
 
 
@@ -117,9 +119,8 @@ def test_a_foreground_response_cannot_be_cancelled(client):
     assert err.value.body["code"] == "not_background"
 
 
-@pytest.mark.parametrize("extra", [{"stream": True}, {"store": False}])
-def test_background_without_a_store_or_with_a_stream_is_a_400(kept, extra):
-    body = dict({"model": "qwen2", "input": "Hi", "background": True}, **extra)
+def test_background_without_a_store_is_a_400(kept):
+    body = {"model": "qwen2", "input": "Hi", "background": True, "store": False}
     status, _, out = call(kept.port, "POST", "/v1/responses", body)
     assert status == 400 and out["error"]["param"] == "background", out
 
@@ -157,3 +158,111 @@ def test_a_background_request_the_store_cannot_hold_is_refused_and_starts_nothin
             time.sleep(0.02)
     finally:
         server.close()
+
+
+def test_a_streamed_background_response_streams_the_foreground_answer_and_resumes_from_any_event(kept, client):
+    """Created queued, queued, in_progress, then the foreground stream's events; retrieve(stream=True,
+    starting_after=n) sends the same events from n + 1 on, and the stored object is the final one."""
+    kw = dict(model="qwen2", input="Name a colour.", max_output_tokens=12, temperature=0)
+    foreground = [e for e in client.responses.create(stream=True, **kw)]
+    events = list(client.responses.create(background=True, stream=True, **kw))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.type for e in events[:3]] == ["response.created", "response.queued", "response.in_progress"]
+    assert events[0].response.status == "queued" and events[0].response.background
+    assert kinds(events[3:]) == kinds(foreground[2:])  # as many deltas as the die's token batches made
+    assert events[-1].response.output_text == foreground[-1].response.output_text
+    response_id = events[0].response.id
+    for after in (0, 5, len(events) - 2):
+        again = list(client.responses.retrieve(response_id, stream=True, starting_after=after))
+        assert [(e.sequence_number, e.type) for e in again] == [(e.sequence_number, e.type) for e in events[after + 1:]]
+    assert list(client.responses.retrieve(response_id, stream=True)) == events
+    assert client.responses.retrieve(response_id) == events[-1].response
+
+
+def kinds(events):
+    """The event types, a run of one type counted once."""
+    return [kind for n, kind in enumerate(e.type for e in events) if n == 0 or kind != events[n - 1].type]
+
+
+def text_events(port, path, body=None, limit=None):
+    """(the response id, the (sequence_number, type, delta) of each event) of an SSE stream read over raw HTTP;
+    after `limit` events the connection is dropped, as by a client that lost its network."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST" if body else "GET", path, json.dumps(body) if body else None,
+                 {"Content-Type": "application/json"})
+    got, ids, resp = [], set(), conn.getresponse()
+    assert resp.status == 200, resp.read()
+    for line in resp:
+        if line.startswith(b"data: "):
+            event = json.loads(line[6:])
+            got.append((event["sequence_number"], event["type"], event.get("delta", "")))
+            ids.add(event["response"]["id"] if "response" in event else None)
+            if len(got) == limit:
+                break
+    conn.close()
+    return (ids - {None}).pop() if ids - {None} else None, got
+
+
+def test_a_dropped_stream_goes_on_generating_and_is_resumed_where_it_broke(kept, client):
+    kw = dict(model="qwen2", input="Tell a long story.", max_output_tokens=60, temperature=0)
+    whole = client.responses.create(**kw).output_text
+    response_id, first = text_events(kept.port, "/v1/responses", dict(kw, background=True, stream=True), limit=6)
+    assert poll(client, response_id).output_text == whole  # the generation outlived its stream
+    _, rest = text_events(kept.port, f"/v1/responses/{response_id}?stream=true&starting_after={first[-1][0]}")
+    assert [n for n, _, _ in first + rest] == list(range(len(first) + len(rest)))
+    assert "".join(d for _, kind, d in first + rest if kind == "response.output_text.delta") == whole
+
+
+def test_cancel_ends_a_streamed_background_response_and_its_readers(kept, client):
+    assert_idle(kept)
+    response_id, _ = text_events(kept.port, "/v1/responses", dict(model="qwen2", input="Count.", background=True,
+                                                                   stream=True, max_output_tokens=400), limit=4)
+    assert_running(kept)
+    assert client.responses.cancel(response_id).status == "cancelled"
+    _, tail = text_events(kept.port, f"/v1/responses/{response_id}?stream=true")  # ends: nothing more comes
+    assert tail[0][:2] == (0, "response.created") and tail[-1][1] not in ("response.completed", "response.failed")
+    deadline = time.monotonic() + 10
+    while kept.backend.stats()["qwen2"]["running"]:
+        assert time.monotonic() < deadline, "the cancelled generation kept its slot"
+        time.sleep(0.05)
+    assert client.responses.retrieve(response_id).status == "cancelled"
+
+
+@pytest.mark.parametrize("query, param", [("stream=yes", "stream"), ("stream=true&starting_after=-1", "starting_after"),
+                                          ("stream=true&starting_after=%C2%B2", "starting_after"),
+                                          ("stream=true", "stream")])
+def test_a_bad_stream_query_or_a_response_that_was_not_streamed_is_a_400(kept, client, query, param):
+    done = client.responses.create(model="qwen2", input="Hi", max_output_tokens=2, temperature=0)
+    status, _, out = call(kept.port, "GET", f"/v1/responses/{done.id}?{query}")
+    assert status == 400 and out["error"]["param"] == param, out
+    assert call(kept.port, "GET", "/v1/responses/resp_none?stream=true")[0] == 404
+
+
+def test_a_stream_whose_generator_died_ends_with_response_failed(tmp_path):
+    store = ResponseStore(tmp_path / "responses.sqlite", 1 << 20)
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    os.waitpid(child, 0)
+    store.put("resp_orphan", None, {"id": "resp_orphan", "status": "in_progress", "background": True}, [],
+              owner=child)
+    assert store.append("resp_orphan", [(0, b"event: response.created\ndata: {}\n\n")])
+    tail = list(responses_background.tail(store, "resp_orphan", -1))
+    assert tail[0].startswith(b"event: response.created") and tail[-1].startswith(b"event: response.failed")
+    assert json.loads(tail[-1].split(b"data: ")[1])["sequence_number"] == 1
+
+
+def test_a_streams_events_count_in_the_store_bound_and_go_with_their_response(tmp_path):
+    store = ResponseStore(tmp_path / "responses.sqlite", 4000)
+    store.put("resp_a", None, {"id": "resp_a", "status": "queued"}, [], owner=os.getpid())
+    assert store.append("resp_a", [(n, b"x" * 100) for n in range(10)])
+    assert store.settle("resp_a", {"id": "resp_a", "status": "completed"}, [(10, b"y" * 100)])
+    assert [n for n, _ in store.events("resp_a", 7)[1]] == [8, 9, 10] and store.events("resp_a", -1)[0] == "settled"
+    assert not store.append("resp_a", [(11, b"z")])  # settled: nothing more is written
+    for n in range(3):  # 1,100 bytes of events each: the fourth evicts the first
+        store.put(f"resp_{n}", None, {"id": f"resp_{n}", "status": "queued"}, [], owner=os.getpid())
+        store.append(f"resp_{n}", [(k, b"x" * 100) for k in range(11)])
+    with pytest.raises(MissingResponse):
+        store.events("resp_a", -1)
+    store.delete("resp_2")
+    assert store._db().execute("SELECT COUNT(*) FROM events WHERE id IN ('resp_a', 'resp_2')").fetchone()[0] == 0
