@@ -180,7 +180,7 @@ class Sampler:
             adjusted = self.adjust(logits, history)  # [n_vocab]
             top = float(adjusted.max())
             if not math.isfinite(top):
-                return _greedy_finite(adjusted, logits)
+                return greedy_finite(adjusted, logits)
             if self.params.greedy:
                 return int(np.argmax(adjusted))
             if self.mirostat is not None:
@@ -267,16 +267,22 @@ class Sampler:
 
     def _draw(self, ids, kept, top):
         """Temperature last (dynamic within dynatemp_range of it), then one draw from the renormalized survivors."""
+        cumulative = self.cumulative(kept, top)  # [m]
+        if cumulative is None:
+            return best(ids, kept)
+        pick = np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right")
+        return int(ids[min(pick, ids.size - 1)])
+
+    def cumulative(self, kept, top):
+        """The survivors' running weight sum under the temperature; None where the draw is their best (a
+        temperature of 0, or weights that float64 cannot sum)."""
         p = self.params
         temperature = filters.dynamic_temperature(kept, p.temperature, p.dynatemp_range, p.dynatemp_exponent)
         if temperature <= 0.0:
-            return int(ids[np.argmax(kept)])
+            return None
         weights = np.exp((kept - np.float32(top)) / np.float32(temperature))  # [m]
         cumulative = np.cumsum(weights, dtype=np.float64)  # [m]
-        if not math.isfinite(cumulative[-1]) or cumulative[-1] <= 0.0:
-            return int(ids[np.nanargmax(np.where(np.isfinite(kept), kept, -np.inf))])
-        pick = np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right")
-        return int(ids[min(pick, ids.size - 1)])
+        return cumulative if math.isfinite(cumulative[-1]) and cumulative[-1] > 0.0 else None
 
 
 def without(logits, ids):
@@ -286,7 +292,12 @@ def without(logits, ids):
     return out
 
 
-def _greedy_finite(adjusted, raw):
+def best(ids, kept):
+    """The id of the best finite survivor."""
+    return int(ids[np.nanargmax(np.where(np.isfinite(kept), kept, -np.inf))])
+
+
+def greedy_finite(adjusted, raw):
     """The best finite adjusted logit's id; if none is finite, the best finite raw logit's (else 0)."""
     for values in (adjusted, raw):
         finite = np.isfinite(values)  # [n_vocab]

@@ -9,6 +9,7 @@ import numpy as np
 
 from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
+from pantheon.engine.sampled_probs import sample_scored
 from pantheon.engine.classifier import load_classifier
 from pantheon.engine.pooling import Pool
 from pantheon.engine.prefix import PrefixStore
@@ -47,6 +48,9 @@ class Request:
     # None: no logprobs; k in 0..MAX_TOP: each TokenEvent carries the token's logprob and the k best
     # alternatives, from the raw logits (before bias, penalties, grammar, temperature and truncation)
     logprobs: Optional[int] = None
+    # with logprobs: the distribution the sampler drew from instead (its survivors after the filters and the
+    # temperature; llama-server's post_sampling_probs; pantheon.engine.sampled_probs)
+    post_sampling: bool = False
     # choices sampled from one prompt prefill: choice i > 0 starts from a copy of choice 0's prompt KV,
     # with seed + i (a fork() of the constraint, if any)
     n: int = 1
@@ -199,6 +203,8 @@ class Engine:
             k = getattr(req, name)
             if k is not None and not 0 <= k <= MAX_TOP:
                 raise EngineError(f"{name} must be in 0..{MAX_TOP}, got {k}")
+        if req.post_sampling and (req.params.mirostat or req.params.infill):
+            raise EngineError("post-sampling probabilities are not made by mirostat or the infill sampler")
         if not 1 <= req.n <= self.config.max_batch:
             raise EngineError(f"n must be between 1 and {self.config.max_batch} (the sequences this model "
                               f"decodes together), got {req.n}")
@@ -366,14 +372,18 @@ class Engine:
             if len(seq.generated) < seq.sampler.params.min_tokens and seq.req.stop_ids:
                 logits = without(logits, seq.req.stop_ids)  # [n_vocab], min_tokens: no end yet
             try:
-                tok = seq.sampler.sample(logits, list(seq.req.prompt) + seq.generated)
+                tok, scored = self._sample(seq, logits, raw)
             except Exception as e:  # this request's problem only: the batch and the die carry on
                 return self._finish(seq, "error", f"sampling failed: {type(e).__name__}: {e}")
+        elif seq.req.logprobs is not None:
+            scored = TokenLogprob(tok, 0.0, ((tok, 0.0),)[:seq.req.logprobs]) if seq.req.post_sampling else \
+                token_logprob(raw, tok, seq.req.logprobs)  # a forced token: the sampler had no say
+        else:
+            scored = None
         if tok in seq.req.stop_ids:
             return self._finish(seq, "stop")
         seq.track(tok)
         seq.generated.append(tok)
-        scored = None if seq.req.logprobs is None else token_logprob(raw, tok, seq.req.logprobs)
         events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1, scored, seq.choice, seq.cached)]
         if grammar is not None:
             grammar.accept(tok)
@@ -382,6 +392,16 @@ class Engine:
         if len(seq.generated) >= seq.req.max_tokens or len(seq.cache) + 1 >= self.config.n_ctx:
             events += self._finish(seq, "length")
         return events
+
+    @staticmethod
+    def _sample(seq, logits, raw):
+        """(token, its TokenLogprob or None): logprobs from the raw logits, or with post_sampling from the
+        distribution the sampler drew from."""
+        history, k = list(seq.req.prompt) + seq.generated, seq.req.logprobs
+        if k is not None and seq.req.post_sampling:
+            return sample_scored(seq.sampler, logits, history, k)
+        tok = seq.sampler.sample(logits, history)
+        return tok, None if k is None else token_logprob(raw, tok, k)
 
     def _finish(self, seq, reason, message=""):
         """DoneEvents of `seq` (and of choices it had not started yet); the request's last is final."""

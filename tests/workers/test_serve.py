@@ -3,6 +3,7 @@
 import glob
 import http.client
 import json
+import math
 import os
 import signal
 import tempfile
@@ -423,6 +424,20 @@ def test_a_streamed_background_response_made_in_one_front_is_resumed_through_the
     assert rest[-1]["type"] == "response.incomplete" and rest[-1]["response"]["id"] == response_id
     assert "".join(e["delta"] for e in first + rest if e["type"] == "response.output_text.delta") == whole
     to_b.close()
+
+
+def test_post_sampling_probs_cross_the_rings(server):
+    """The die computes them (the flag rides in the SUBMIT frame): top_k 2's two survivors, renormalized."""
+    body = {"model": "llama", "prompt": "Once upon a time", "n_predict": 4, "temperature": 1.0, "top_k": 2,
+            "top_p": 1.0, "min_p": 0.0, "seed": 3, "n_probs": 2}
+    raw = json.loads(server.request("POST", "/completion", body)[1])["completion_probabilities"]
+    post = json.loads(server.request("POST", "/completion", dict(body, post_sampling_probs=True))[1])[
+        "completion_probabilities"]
+    assert [p["id"] for p in post] == [p["id"] for p in raw]
+    for p, r in zip(post, raw):
+        total = sum(math.exp(t["logprob"]) for t in r["top_logprobs"])
+        assert [t["prob"] for t in p["top_probs"]] == pytest.approx(
+            [math.exp(t["logprob"]) / total for t in r["top_logprobs"]], abs=1e-5)
 
 
 def _sse_events(resp, limit=None):

@@ -115,6 +115,7 @@ class GenerationRequest:
     n: int = 1  # choices sampled from one prompt prefill (choice i with seed + i)
     embed: Optional[str] = None  # a pooling (pantheon.gguf.config.POOLINGS): an embedding, max_tokens 0
     prompt_logprobs: Optional[int] = None  # None: none; k: each prompt token's logprob and k alternatives
+    post_sampling: bool = False  # logprobs from the distribution the sampler drew from (post_sampling_probs)
 
 
 @dataclass(frozen=True)

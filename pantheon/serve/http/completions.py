@@ -65,7 +65,18 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     stops = frozenset(served.tokenizer.stop_ids) | _stop_tokens(parsed, served)
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling, stops, session, grammar=grammar,
                              logprobs=scored, n=runs, prompt_logprobs=parsed.logprobs if parsed.echo else None,
-                             reasoning_budget=parsed.reasoning_budget)
+                             reasoning_budget=parsed.reasoning_budget, post_sampling=_post_sampling(parsed, sampling))
+
+
+def _post_sampling(parsed, sampling):
+    """llama-server's post_sampling_probs, for a request that asked for logprobs (it changes nothing else)."""
+    if not parsed.post_sampling or parsed.logprobs is None:
+        return False
+    if sampling.mirostat or sampling.infill:
+        raise RequestError("post_sampling_probs: mirostat and the infill sampler draw by rules of their own; "
+                           "their probabilities are not reported", param="post_sampling_probs",
+                           code="unsupported_value")
+    return True
 
 
 def _stop_tokens(parsed, served):
@@ -170,7 +181,11 @@ class _GenerateResource:
         those already started. `plans`: prompts built by the caller (default: this route's prepare)."""
         session = req.get_header(SESSION_HEADER) or parsed.user
         plans = self.prepare(served, parsed) if plans is None else plans
-        spell = None if parsed.logprobs is None else TokenText(served.tokenizer)
+        spell = None if parsed.logprobs is None else TokenText(served.tokenizer, parsed.post_sampling)
+        if parsed.post_sampling and spell is not None and not self.chat:
+            raise RequestError("post_sampling_probs: served on /completion and /v1/chat/completions (OpenAI's "
+                               "text_completion logprobs have no place for probabilities)",
+                               param="post_sampling_probs", code="unsupported_value")
         requests = [generation_request(served, parsed, p.ids, session, self.options.default_max_tokens, p.grammar)
                     for p in plans]
         picks = []

@@ -90,7 +90,7 @@ SAMPLERS = {"top_n_sigma": number, "typical_p": number, "xtc_probability": numbe
             "dry_penalty_last_n": integer, "min_keep": integer}
 # Samplers and options we do not run: a value that would change the output is a 400 naming the field;
 # the neutral value (what llama-server does when the field is absent) is accepted.
-UNSUPPORTED = {"post_sampling_probs": false_only, "tfs_z": one_only, "lora": null_only}
+UNSUPPORTED = {"tfs_z": one_only, "lora": null_only}
 # What a llama-server client sends to any generation route. cache_prompt, id_slot and n_keep change
 # nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
 # prompt that does not fit is refused rather than shifted. return_tokens shapes only /completion's
@@ -100,7 +100,7 @@ EXTRAS = dict(UNSUPPORTED, **SAMPLERS, dry_sequence_breakers=breaker_texts, samp
               ignore_eos=boolean,
               cache_prompt=boolean, id_slot=integer, n_keep=integer, grammar=string, json_schema=json_object,
               timings_per_token=boolean, t_max_predict_ms=integer, n_probs=n_probs, n_cmpl=per_prompt,
-              return_tokens=boolean, n_indent=indent)
+              return_tokens=boolean, n_indent=indent, post_sampling_probs=boolean)
 
 
 def compiled_grammar(values):

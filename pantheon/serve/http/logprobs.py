@@ -12,10 +12,12 @@ def _number(lp):
 
 
 class TokenText:
-    """Each token's own text and UTF-8 bytes (control tokens spelled out), cached per id."""
+    """Each token's own text and UTF-8 bytes (control tokens spelled out), cached per id. `post_sampling`
+    (llama-server's post_sampling_probs): the scores are the sampler's probabilities (their logs), shown as
+    `prob` and `top_probs` where they would be `logprob` and `top_logprobs`."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, post_sampling=False):
+        self.tokenizer, self.post_sampling = tokenizer, post_sampling
         self._seen = {}
 
     def __call__(self, tid):
@@ -33,13 +35,19 @@ class TokenText:
 
 def chat_content(spell, scores):
     """choice.logprobs.content: one entry per token with its top_logprobs (best first)."""
+    top = "top_probs" if spell.post_sampling else "top_logprobs"
     return [dict(_chat_entry(spell, s.token, s.logprob),
-                 top_logprobs=[_chat_entry(spell, t, lp) for t, lp in s.top]) for s in scores]
+                 **{top: [_chat_entry(spell, t, lp) for t, lp in s.top]}) for s in scores]
 
 
 def _chat_entry(spell, tid, lp):
     text, raw = spell(tid)
-    return {"token": text, "logprob": _number(lp), "bytes": raw}
+    return {"token": text, **_value(spell, lp), "bytes": raw}
+
+
+def _value(spell, lp):
+    """{"logprob": lp}, or {"prob": its probability} for post-sampling scores (llama-server's names)."""
+    return {"prob": math.exp(lp)} if spell.post_sampling else {"logprob": _number(lp)}
 
 
 def chat_logprobs(spell, scores):
@@ -82,11 +90,13 @@ def text_offsets(tokenizer, ids, limit):
 
 
 def native_probabilities(spell, scores):
-    """llama-server's completion_probabilities: id, token, bytes, logprob and top_logprobs per token."""
+    """llama-server's completion_probabilities: id, token, bytes, logprob and top_logprobs per token (prob and
+    top_probs for post-sampling scores)."""
+    top = "top_probs" if spell.post_sampling else "top_logprobs"
     return [dict(_native_entry(spell, s.token, s.logprob),
-                 top_logprobs=[_native_entry(spell, t, lp) for t, lp in s.top]) for s in scores]
+                 **{top: [_native_entry(spell, t, lp) for t, lp in s.top]}) for s in scores]
 
 
 def _native_entry(spell, tid, lp):
     text, raw = spell(tid)
-    return {"id": tid, "token": text, "bytes": raw, "logprob": _number(lp)}
+    return {"id": tid, "token": text, "bytes": raw, **_value(spell, lp)}

@@ -115,7 +115,8 @@ class NativeCompletion:
         grammar = llama_fields.compiled_grammar(bodies[0])  # the same for every prompt of the list
         requests = [_request(served, b, self.prompt_ids(served, b), session, self.options.default_max_tokens,
                              grammar) for b in bodies]
-        spell = TokenText(served.tokenizer) if bodies[0].get("n_probs") else None
+        spell = TokenText(served.tokenizer, bodies[0].get("post_sampling_probs", False)) if bodies[0].get(
+            "n_probs") else None
         limit = llama_fields.predict_limit(bodies[0])
         replies = []
         try:
@@ -163,7 +164,8 @@ def _request(served, body, ids, session, default_max_tokens, grammar):
                                                           body.get("samplers")),
                              logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False),
                              n=llama_fields.choice_count(body),
-                             dry_sequence_breakers=None if breakers is None else tuple(breakers))
+                             dry_sequence_breakers=None if breakers is None else tuple(breakers),
+                             post_sampling=body.get("post_sampling_probs", False))
     if not ids:
         raise bad("prompt", "tokenizes to no tokens at all", "invalid_value")
     return generation_request(served, parsed, ids, session, default_max_tokens, grammar)

@@ -51,6 +51,7 @@ class Parsed:
     best_of: int = 1  # completions: candidates generated per prompt, the n best by logprob per token answered
     reasoning_budget: int = 0  # tokens of thinking before the think block is closed; 0: the model's default
     dry_sequence_breakers: Optional[tuple] = None  # llama-server's: DRY's breakers as text (None: its default)
+    post_sampling: bool = False  # llama-server's post_sampling_probs: logprobs as the sampler drew (see TokenText)
 
 
 
@@ -391,4 +392,5 @@ def _parsed(values):
                   n=llama_fields.choice_count(values), ignore_eos=values.get("ignore_eos", False),
                   timings_per_token=values.get("timings_per_token", False),
                   predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0),
-                  dry_sequence_breakers=_breaker_texts(values))
+                  dry_sequence_breakers=_breaker_texts(values),
+                  post_sampling=values.get("post_sampling_probs", False))

@@ -1,6 +1,7 @@
 """llama-server's own routes over HTTP: /completion, /infill, /props, /slots, /apply-template."""
 
 import json
+import math
 import re
 
 import pytest
@@ -70,6 +71,42 @@ def test_n_probs_gives_completion_probabilities_equal_to_v1_logprobs(qwen):
     assert [p["id"] for p in streamed] == [p["id"] for p in probs]
     assert [p["logprob"] for p in streamed] == pytest.approx([p["logprob"] for p in probs], abs=1e-6)
     assert "completion_probabilities" not in call(qwen.port, "POST", "/completion", dict(body, n_probs=0))[2]
+
+
+def test_post_sampling_probs_are_the_survivors_renormalized_as_llama_server_reports_them(qwen):
+    """top_k 3 at temperature 1: each token's three survivors, their probabilities the softmax of their raw
+    logprobs (the same seed draws the same tokens with and without it); llama-server's prob / top_probs."""
+    body = {"prompt": "Once upon a time", "n_predict": 5, "temperature": 1.0, "top_k": 3, "top_p": 1.0,
+            "min_p": 0.0, "repeat_penalty": 1.0, "seed": 7, "n_probs": 3}
+    raw = call(qwen.port, "POST", "/completion", body)[2]["completion_probabilities"]
+    status, _, out = call(qwen.port, "POST", "/completion", dict(body, post_sampling_probs=True))
+    assert status == 200, out
+    post = out["completion_probabilities"]
+    assert [p["id"] for p in post] == [p["id"] for p in raw]
+    for p, r in zip(post, raw):
+        assert set(p) == {"id", "token", "bytes", "prob", "top_probs"} and set(p["top_probs"][0]) == {
+            "id", "token", "bytes", "prob"}
+        lps = [t["logprob"] for t in r["top_logprobs"]]
+        want = [math.exp(lp - max(lps)) / sum(math.exp(x - max(lps)) for x in lps) for lp in lps]
+        assert [t["id"] for t in p["top_probs"]] == [t["id"] for t in r["top_logprobs"]]
+        assert [t["prob"] for t in p["top_probs"]] == pytest.approx(want, abs=1e-5)
+        assert p["prob"] == pytest.approx(want[[t["id"] for t in r["top_logprobs"]].index(p["id"])], abs=1e-5)
+
+
+def test_post_sampling_probs_on_the_chat_route_and_where_they_are_refused(qwen):
+    ask = {"model": "qwen2", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0,
+           "logprobs": True, "top_logprobs": 2, "post_sampling_probs": True}
+    status, _, out = call(qwen.port, "POST", "/v1/chat/completions", ask)
+    assert status == 200, out
+    entries = out["choices"][0]["logprobs"]["content"]
+    assert entries and all(e["prob"] == 1.0 and e["top_probs"][0]["prob"] == 1.0 for e in entries)  # greedy
+    refused = [("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "logprobs": 2, "post_sampling_probs": True}),
+               ("/completion", {"prompt": "Hi", "n_predict": 2, "n_probs": 2, "post_sampling_probs": True,
+                                "mirostat": 2})]
+    for path, body in refused:
+        status, _, out = call(qwen.port, "POST", path, body)
+        assert status == 400 and out["error"]["param"] == "post_sampling_probs", out
+    assert call(qwen.port, "POST", "/v1/completions", dict(refused[0][1], logprobs=None))[0] == 200  # no probs asked
 
 
 def test_completion_takes_a_list_of_prompts_and_answers_a_list(qwen):
