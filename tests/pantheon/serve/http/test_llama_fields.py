@@ -40,8 +40,7 @@ def test_fields_that_change_nothing_here_are_accepted_on_both_routes(check, name
 
 
 @pytest.mark.parametrize("check", [chat, completion])
-@pytest.mark.parametrize("name,value", [("post_sampling_probs", True),
-                                        ("samplers", ["temperature", "top_p"]), ("samplers", "ik"),
+@pytest.mark.parametrize("name,value", [("samplers", ["temperature", "top_p"]), ("samplers", "ik"),
                                         ("tfs_z", 0.9), ("lora", [])])
 def test_samplers_we_do_not_run_are_refused_by_name(check, name, value):
     with pytest.raises(RequestError) as err:
