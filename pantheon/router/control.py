@@ -33,16 +33,17 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        if self.path == "/v1/models":
+        path = urllib.parse.urlsplit(self.path).path  # a query (a client's ?limit=) changes nothing here
+        if path == "/v1/models":
             return self._send(200, self.server.router.models_list())
-        if self.path.startswith(MODEL_PREFIX):
-            return self._model(urllib.parse.unquote(self.path[len(MODEL_PREFIX):]))
-        if self.path in ("/health", "/v1/health"):
+        if path.startswith(MODEL_PREFIX):
+            return self._model(urllib.parse.unquote(path[len(MODEL_PREFIX):]))
+        if path in ("/health", "/v1/health"):
             ok, body = self.server.router.health()
             return self._send(200 if ok else 503, body)
-        if self.path == "/registry/fleet":
+        if path == "/registry/fleet":
             return self._registry(lambda body, peer: self.server.router.fleet_view(), body=False)
-        self._error(404, f"no route GET {self.path}", "not_found")
+        self._error(404, f"no route GET {path}", "not_found")
 
     def _model(self, name):
         """GET /v1/models/{name}: the fleet's entry for one model, as the servers answer it."""

@@ -71,8 +71,9 @@ def test_edge_keys_are_enforced_by_the_proxy(setup):
     status, body, _ = generate(router)
     assert status == 200 and json.loads(body)["choices"][0]["text"]
     assert router.request("GET", "/health")[0] == 200  # no key needed
-    status, body, _ = router.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
-    assert [m["id"] for m in json.loads(body)["data"]] == ["C"]
+    for path in ("/v1/models", "/v1/models?limit=20"):  # Anthropic's client may page with a query
+        status, body, _ = router.request("GET", path, headers={"Authorization": f"Bearer {KEY}"})
+        assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == ["C"], body
     status, body, _ = router.request("GET", "/v1/models/C", headers={"Authorization": f"Bearer {KEY}"})
     assert status == 200 and json.loads(body)["id"] == "C"
     status, body, _ = router.request("GET", "/v1/models/org%2Fnone", headers={"Authorization": f"Bearer {KEY}"})
