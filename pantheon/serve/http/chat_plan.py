@@ -87,8 +87,13 @@ def prompt_text(served, parsed):
 
 def prompt_tokens(served, parsed, prefill=""):
     """How many tokens the prompt of this chat request is (the count_tokens / input_tokens routes)."""
+    return len(prompt_ids(served, parsed, prefill))
+
+
+def prompt_ids(served, parsed, prefill=""):
+    """The token ids of this chat request's prompt, as a generation would start from them."""
     text, opener = prompt_text(served, parsed)
-    return len(served.prompts.encode_chat(text + prefill + opener))
+    return served.prompts.encode_chat(text + prefill + opener)
 
 
 def _forced_opener(fmt, tools, choice):

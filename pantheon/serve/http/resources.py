@@ -1,6 +1,6 @@
 """The cheap routes: /v1/models(/{model}), /health, /metrics, /tokenize, /detokenize (never wait on a generation)."""
 
-from pantheon.serve.http import anthropic_models, json_body, validate
+from pantheon.serve.http import anthropic_models, json_body, validate, vllm_tokenize
 from pantheon.serve.http.backend import UnknownModel
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.completions import resolve
@@ -60,15 +60,20 @@ class Metrics:
 
 
 class Tokenize:
-    """llama-server's /tokenize: add_special defaults to false, parse_special to true."""
+    """llama-server's /tokenize: add_special defaults to false, parse_special to true; vLLM's with a `prompt`
+    or `messages` body (pantheon.serve.http.vllm_tokenize)."""
 
     def __init__(self, backend, body_limit):
         self.backend, self.body_limit = backend, body_limit
 
     def on_post(self, req, resp):
-        body = validate.fields(json_body.read_json(req, self.body_limit), validate.TOKENIZE, ("content",))
-        served = resolve(self.backend, body.get("model"))
+        raw = json_body.read_json(req, self.body_limit)
+        served = resolve(self.backend, vllm_tokenize.model_of(raw))
         req.context.model = served.name
+        if vllm_tokenize.asks(raw):
+            resp.media = vllm_tokenize.tokenize(served, raw)
+            return
+        body = validate.fields(raw, validate.TOKENIZE, ("content",))
         tok = served.tokenizer
         check_text_fits(served, body["content"], "content")
         ids = tok.encode(body["content"], add_special=body.get("add_special", False),
@@ -102,4 +107,5 @@ class Detokenize:
         if bad:
             raise RequestError(f"tokens: id {bad[0]} is outside the vocabulary of {n_vocab} tokens",
                                param="tokens", code="invalid_value")
-        resp.media = {"content": served.tokenizer.decode(body["tokens"], special=True)}
+        text = served.tokenizer.decode(body["tokens"], special=True)
+        resp.media = {"content": text, "prompt": text}  # llama-server's name, and vLLM's
