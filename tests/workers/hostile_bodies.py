@@ -66,6 +66,13 @@ chat = st.fixed_dictionaries(
 tokenize = st.fixed_dictionaries({"content": field(st.text(max_size=40))},
                                  optional={"model": field(st.just("m")), "add_special": junk,
                                            "parse_special": junk, "with_pieces": junk})
+vllm_tokenize = st.one_of(  # vLLM's bodies on the same route: a prompt, or a chat
+    st.fixed_dictionaries({"prompt": field(st.text(max_size=40))},
+                          optional={"model": field(st.just("m")), "add_special_tokens": junk, "return_token_strs": junk,
+                                    "extra": junk}),
+    st.fixed_dictionaries({"messages": field(st.lists(message, max_size=3))},
+                          optional={"model": field(st.just("m")), "add_special_tokens": junk, "return_token_strs": junk,
+                                    "add_generation_prompt": junk, "tools": junk}))
 detokenize = st.fixed_dictionaries({"tokens": field(st.lists(st.one_of(st.integers(-5, 5000), numbers), max_size=8))},
                                    optional={"model": field(st.just("m"))})
 # embedding inputs stay few and short when valid: the fuzz is about refusals, not a die's throughput
@@ -188,6 +195,7 @@ raw_bodies = st.one_of(st.integers(1, 200_000).map(nested), st.binary(max_size=4
                                         b"", b"null", b"[]", b"{}", b'"x"', b"\xff\xfe", b'{"prompt": 1e999}']))
 
 ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), ("/tokenize", tokenize),
+             ("/tokenize", vllm_tokenize),
              ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload),
              ("/v1/embeddings", embed), ("/embedding", native_embed), ("/v1/rerank", rerank_body),
              ("/api/chat", ollama_chat), ("/api/generate", ollama_generate), ("/api/embed", ollama_embed),
@@ -202,7 +210,8 @@ ROUTES = ["/v1/models", "/models", "/v1/models/{}", "/models/{}/{}", "/health", 
 METHODS = ["GET", "GET", "GET", "DELETE", "HEAD", "OPTIONS", "POST", "PUT", "PATCH"]
 ODD = ["%zz", "%", "%00", "%2F", "%2e%2e", "..", "resp_", "resp_%FF%FE", "a%20b", "%C2%B2", "%D9%A3", "~", "x" * 3000]
 segment = st.one_of(st.text(max_size=12).map(lambda t: quote(t, safe="")), st.sampled_from(ODD))
-query_pair = st.tuples(st.one_of(st.sampled_from(["model", "limit", "order", "after", "id", "fail_on_no_slot"]),
+query_pair = st.tuples(st.one_of(st.sampled_from(["model", "limit", "order", "after", "id", "fail_on_no_slot",
+                                                  "stream", "starting_after"]),
                                  segment),
                        st.one_of(segment, st.sampled_from(UNICODE_DIGITS).map(lambda t: quote(t, safe="")),
                                  st.sampled_from(["asc", "desc", "1", "100", "0", "-1", "m", "true"])))
