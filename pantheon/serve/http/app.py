@@ -2,7 +2,7 @@
 
 import falcon
 
-from pantheon.serve.http import errors
+from pantheon.serve.http import errors, score
 from pantheon.serve.http.admin import AdminAuth, add_admin_routes
 from pantheon.serve.http.anthropic import AnthropicErrors, CountTokens, Messages
 from pantheon.serve.http.auth import BearerAuth
@@ -29,7 +29,8 @@ ENDPOINTS = {"/v1/chat/completions": "chat_completions", "/v1/completions": "com
              "/embeddings": "embeddings", "/embedding": "embeddings", **{r: "rerank" for r in RERANK_ROUTES},
              "/api/chat": "chat_completions", "/api/generate": "completions", "/api/embed": "embeddings",
              "/api/embeddings": "embeddings", "/v1/messages": "chat_completions", "/messages": "chat_completions",
-             "/v1/responses": "chat_completions", "/responses": "chat_completions"}
+             "/v1/responses": "chat_completions", "/responses": "chat_completions",
+             **{r: "rerank" for r in score.ROUTES}}
 
 
 def _add_ollama_routes(app, backend, options, body_limit, metrics):
@@ -101,6 +102,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.add_route("/embedding", NativeEmbedding(backend, body_limit, metrics))
     for route in RERANK_ROUTES:
         app.add_route(route, Rerank(backend, body_limit, metrics))
+    for route in score.ROUTES:
+        app.add_route(route, score.Score(backend, body_limit, metrics))
     app.add_route("/completion", NativeCompletion(backend, options))
     app.add_route("/infill", Infill(backend, options))
     app.add_route("/apply-template", ApplyTemplate(backend, options))

@@ -54,9 +54,10 @@ def pair_ids(served, query, document):
     return ids + ([eos] if tok.add_eos else [])
 
 
-def _lists(served, query, documents, name):
+def pair_lists(served, pairs, name):
+    """The ids of each (query, document) pair, each within the context (`name`[i] names a pair that is not)."""
     out = []
-    for i, doc in enumerate(documents):
+    for i, (query, doc) in enumerate(pairs):
         check_text_fits(served, query + doc, f"{name}[{i}]")
         ids = pair_ids(served, query, doc)
         if len(ids) >= served.n_ctx:
@@ -83,7 +84,7 @@ class Rerank:
                 raise bad(field, "required", "missing_required_parameter")
         served = reranker(resolve(self.backend, body.get("model")))
         req.context.model = served.name
-        lists = _lists(served, body["query"], body[name], name)
+        lists = pair_lists(served, [(body["query"], d) for d in body[name]], name)
         scores = [float(v[0]) for v in embed_all(self.backend, served, lists, "rank")]
         n = sum(len(ids) for ids in lists)
         if self.recorder is not None:

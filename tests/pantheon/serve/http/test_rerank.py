@@ -3,59 +3,27 @@ llama.cpp-checked hidden states through the head rows, the Jina and TEI shapes, 
 
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
-import pantheon
 from pantheon.serve.http.rerank import pair_ids
-from tests.conftest import shared_path
-from tests.pantheon.serve.http.server import Served, call
-from tests.rerankers import make_reranker, output_matrix
-
-TEMPLATE = "Judge.</s>Query: {query}\nDocument: {document}\nAnswer:"  # </s> parses to the EOS id
-ROWS = [2048, 1000]  # the head's rows: "yes", "no" in a real Qwen3-Reranker
-SCALE = 1 / 16  # random weights give logits tens apart: scaled, the softmax is not saturated
+from tests.pantheon.serve.http.rerank_kit import DOCS, QUERY, TEMPLATE
+from tests.pantheon.serve.http.server import call
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("rerankers")
-    qwen3, llama = shared_path("golden", "qwen3-q8_0.gguf"), shared_path("golden", "llama-q8_0.gguf")
-    return {"rq": (make_reranker(qwen3, d / "rq.gguf", ROWS, TEMPLATE, scale=SCALE),
-                   output_matrix(qwen3)[ROWS] * SCALE),
-            "rl": (make_reranker(llama, d / "rl.gguf", ROWS, scale=SCALE), output_matrix(llama)[ROWS] * SCALE),
-            "llama": (llama, None)}
+def served(rerankers):
+    return rerankers
 
 
 @pytest.fixture(scope="module")
-def served(files):
-    server = Served({name: pantheon.open_model(str(path), threads=1) for name, (path, _) in files.items()})
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def score(files):
-    """(model, ids) -> the reference relevance: hidden states of a model the server never touches, the head's
-    rows from gguf-py; qwen3 reads the last row and takes a softmax, llama the first and no softmax."""
-    models = {name: pantheon.open_model(str(files[name][0]), threads=1) for name in ("rq", "rl")}
-
-    def relevance(name, ids):
-        model, head = models[name], files[name][1].astype(np.float64)  # head [2, dim]
-        h = model.forward([(model.new_cache(256), ids)], hidden=[0])[0].astype(np.float64)  # [len(ids), dim]
-        if name == "rl":
-            return float(head[0] @ h[0])
-        logits = head @ h[-1]  # [2]
-        return float(1.0 / (1.0 + np.exp(logits[1] - logits[0])))
-    return relevance
+def score(rerank_reference):
+    return rerank_reference
 
 
 def tok(served, name):
     return served.backend.served(name).tokenizer
 
 
-QUERY = "what is a panda"
-DOCS = ["a bear of China", "the capital of France is Paris", "pandas eat bamboo", "a machine applies forces"]
 
 
 @pytest.mark.parametrize("route", ["/v1/rerank", "/rerank", "/v1/reranking", "/reranking"])
