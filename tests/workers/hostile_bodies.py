@@ -89,6 +89,10 @@ rerank_body = st.fixed_dictionaries(
     {"query": field(st.text(max_size=20)), "documents": field(st.lists(st.text(max_size=8), max_size=3))},
     optional=dict(every_field(rerank.SCHEMA, {"model": field(st.just("m")), "top_n": field(st.integers(-2, 4))},
                               ("query", "documents")), extra=junk))
+score_side = field(st.one_of(st.text(max_size=12), st.lists(st.text(max_size=8), max_size=3)))
+score_body = st.fixed_dictionaries({"text_1": score_side, "text_2": score_side},
+                                   optional={"model": field(st.just("m")), "truncate_prompt_tokens": junk,
+                                             "user": junk, "extra": junk})
 # Ollama's bodies: num_predict stays small when valid (Ollama streams, and without it a reply runs long)
 ollama_options = st.one_of(
     st.fixed_dictionaries({"num_predict": st.integers(1, 4)}, optional=dict(
@@ -198,6 +202,7 @@ ENDPOINTS = [("/v1/completions", completions), ("/v1/chat/completions", chat), (
              ("/tokenize", vllm_tokenize),
              ("/detokenize", detokenize), ("/admin/models/load", admin_load), ("/admin/models/unload", admin_unload),
              ("/v1/embeddings", embed), ("/embedding", native_embed), ("/v1/rerank", rerank_body),
+             ("/score", score_body),
              ("/api/chat", ollama_chat), ("/api/generate", ollama_generate), ("/api/embed", ollama_embed),
              ("/v1/messages", anthropic_messages), ("/v1/responses", responses)]
 requests = st.one_of(*[st.tuples(st.just(path), body) for path, body in ENDPOINTS],
