@@ -188,9 +188,17 @@ def tail(store, response_id, after):
         for after, event in rows:
             yield event
         if state == "orphaned":
-            yield sse.named("response.failed", {"type": "response.failed", "sequence_number": after + 1,
-                                                "response": store.get(response_id)})
+            yield from _orphaned(store, response_id, after + 1)
         if state != "pending":
             return
         if not rows:
             time.sleep(TAIL_S)
+
+
+def _orphaned(store, response_id, number):
+    """response.failed for a response whose generating process died (the store reads it as failed)."""
+    try:
+        failed = store.get(response_id)
+    except MissingResponse:
+        return
+    yield sse.named("response.failed", {"type": "response.failed", "sequence_number": number, "response": failed})
