@@ -3,7 +3,7 @@
 import time
 import uuid
 
-from pantheon.serve.http import chat_plan, responses_background, responses_fields, sse
+from pantheon.serve.http import chat_plan, responses_background, responses_fields, responses_truncation, sse
 from pantheon.serve.http.backend import BackendError
 from pantheon.serve.http.completions import RestatedChat, SseBody
 from pantheon.serve.http.errors import RequestError
@@ -56,7 +56,7 @@ class _Reply:
                 "store": self.store is not None, "temperature": v.get("temperature"),
                 "text": v.get("text", {"format": {"type": "text"}}),
                 "tool_choice": v.get("tool_choice", "auto"), "tools": v.get("tools", []), "top_p": v.get("top_p"),
-                "top_logprobs": v.get("top_logprobs"), "truncation": "disabled", "usage": usage,
+                "top_logprobs": v.get("top_logprobs"), "truncation": v.get("truncation", "disabled"), "usage": usage,
                 "user": v.get("user"), "metadata": v.get("metadata", {}),
                 "background": self.background}
 
@@ -214,6 +214,13 @@ class _Route(RestatedChat):
     chat request."""
 
     schema, required = responses_fields.COUNT, ("input",)
+
+    def prepared(self, req):
+        """With truncation auto, the conversation's oldest turns dropped until it fits with max_output_tokens."""
+        served, values, parsed, prefill = super().prepared(req)
+        if values.get("truncation") == "auto":
+            parsed = responses_truncation.fitted(served, parsed, values.get("max_output_tokens") or 1)
+        return served, values, parsed, prefill
 
     def restate(self, values):
         previous = values.get("previous_response_id")

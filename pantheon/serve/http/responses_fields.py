@@ -3,7 +3,7 @@
 import re
 import uuid
 
-from pantheon.serve.http import validate
+from pantheon.serve.http import responses_truncation, validate
 from pantheon.serve.http.field_types import bad, boolean, known_object, number, only, positive, show, string
 
 # each input item's keys: what a client writes, and what this server's own output items carry back
@@ -238,7 +238,7 @@ RESPONSES = {
     "include": include, "stream": boolean, "stream_options": stream_options, "user": string,
     "metadata": validate.string_map, "store": boolean, "prompt_cache_key": string, "safety_identifier": string,
     "service_tier": string, "prompt_cache_retention": string,
-    "truncation": only("disabled", "only \"disabled\": an input longer than the context is a 400, never cut"),
+    "truncation": responses_truncation.mode,
     "background": boolean,
     "previous_response_id": string, "conversation": only(None, "conversations are not supported: continue a stored "
                                                              "response with previous_response_id"),
