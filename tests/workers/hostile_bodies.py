@@ -173,7 +173,7 @@ RESPONSES = dict(SAMPLING, max_output_tokens=MAX_TOKENS, instructions=field(st.t
                  text=field(st.sampled_from([{"format": {"type": "json_object"}}, {"format": {"type": "text"}},
                                              {"format": {"type": "json_schema", "schema": {"type": "object"}}}])),
                  include=field(st.lists(st.sampled_from(responses_fields.INCLUDES), max_size=2)),
-                 top_logprobs=field(st.integers(0, 25)),
+                 top_logprobs=field(st.integers(0, 25)), truncation=field(st.sampled_from(["auto", "disabled", "x"])),
                  previous_response_id=field(st.sampled_from(["resp_0", "", "\ud800", "resp_\x00", "r" * 5000])))
 responses = st.fixed_dictionaries(
     {"input": field(st.one_of(st.text(max_size=30), st.lists(response_item, min_size=1, max_size=3)))},
