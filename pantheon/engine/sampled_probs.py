@@ -21,13 +21,11 @@ def sample_scored(sampler, logits, history, k):
             tok = greedy_finite(adjusted, logits)
             return tok, TokenLogprob(tok, 0.0, ((tok, 0.0),)[:k])
         ids, kept = sampler.candidates(adjusted, top)  # [m], [m]
-        cumulative = None if sampler.params.greedy else sampler.cumulative(kept, float(kept.max()))  # [m]
+        tok, cumulative = (best(ids, kept), None) if sampler.params.greedy else sampler.pick(ids, kept,
+                                                                                            float(kept.max()))
         if cumulative is None:
-            tok = best(ids, kept)
             probs = (ids == tok).astype(np.float64)  # [m] one-hot
         else:
-            pick = np.searchsorted(cumulative, sampler.rng.random() * cumulative[-1], side="right")
-            tok = int(ids[min(pick, ids.size - 1)])
             probs = np.diff(cumulative, prepend=0.0) / cumulative[-1]  # [m]
         return tok, _scored(tok, ids, probs, kept, k)
 

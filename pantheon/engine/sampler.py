@@ -267,11 +267,15 @@ class Sampler:
 
     def _draw(self, ids, kept, top):
         """Temperature last (dynamic within dynatemp_range of it), then one draw from the renormalized survivors."""
+        return self.pick(ids, kept, top)[0]
+
+    def pick(self, ids, kept, top):
+        """(the drawn id, the survivors' running weight sum it was drawn from; None when it is their best)."""
         cumulative = self.cumulative(kept, top)  # [m]
         if cumulative is None:
-            return best(ids, kept)
+            return best(ids, kept), None
         pick = np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right")
-        return int(ids[min(pick, ids.size - 1)])
+        return int(ids[min(pick, ids.size - 1)]), cumulative
 
     def cumulative(self, kept, top):
         """The survivors' running weight sum under the temperature; None where the draw is their best (a

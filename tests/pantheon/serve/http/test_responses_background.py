@@ -125,8 +125,8 @@ def test_background_without_a_store_is_a_400(kept):
     assert status == 400 and out["error"]["param"] == "background", out
 
 
-def test_a_pending_response_whose_generator_died_reads_as_failed(tmp_path):
-    """The store records which process generates a pending response; once that process is gone, a poll ends."""
+def orphaned(tmp_path):
+    """A store holding resp_orphan, pending under a process that has ended."""
     store = ResponseStore(tmp_path / "responses.sqlite", 1 << 20)
     child = os.fork()
     if child == 0:
@@ -134,6 +134,12 @@ def test_a_pending_response_whose_generator_died_reads_as_failed(tmp_path):
     os.waitpid(child, 0)
     store.put("resp_orphan", None, {"id": "resp_orphan", "status": "in_progress", "background": True}, [],
               owner=child)
+    return store
+
+
+def test_a_pending_response_whose_generator_died_reads_as_failed(tmp_path):
+    """The store records which process generates a pending response; once that process is gone, a poll ends."""
+    store = orphaned(tmp_path)
     got = store.get("resp_orphan")
     assert got["status"] == "failed" and "ended before it finished" in got["error"]["message"]
     store.put("resp_alive", None, {"id": "resp_alive", "status": "queued", "background": True}, [],
@@ -239,13 +245,7 @@ def test_a_bad_stream_query_or_a_response_that_was_not_streamed_is_a_400(kept, c
 
 
 def test_a_stream_whose_generator_died_ends_with_response_failed(tmp_path):
-    store = ResponseStore(tmp_path / "responses.sqlite", 1 << 20)
-    child = os.fork()
-    if child == 0:
-        os._exit(0)
-    os.waitpid(child, 0)
-    store.put("resp_orphan", None, {"id": "resp_orphan", "status": "in_progress", "background": True}, [],
-              owner=child)
+    store = orphaned(tmp_path)
     assert store.append("resp_orphan", [(0, b"event: response.created\ndata: {}\n\n")])
     tail = list(responses_background.tail(store, "resp_orphan", -1))
     assert tail[0].startswith(b"event: response.created") and tail[-1].startswith(b"event: response.failed")
