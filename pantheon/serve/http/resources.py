@@ -34,10 +34,13 @@ class Models:
 
 
 def _model_entry(info):
+    """OpenAI's model object, with llama-server's `meta` and vLLM's `max_model_len` (the context a request fits)."""
     meta = {"context_length": info.n_ctx, "replicas": info.replicas, "state": info.state,
-            "endpoints": ["chat.completions", "completions", "embeddings", "rerank", "tokenize", "detokenize"],
+            "endpoints": ["chat.completions", "completions", "embeddings", "rerank", "score", "tokenize",
+                          "detokenize"],
             "chat_fields": CHAT_FIELDS, "completion_fields": COMPLETION_FIELDS, **info.details}
-    return {"id": info.name, "object": "model", "created": info.created, "owned_by": "pantheon", "meta": meta}
+    return {"id": info.name, "object": "model", "created": info.created, "owned_by": "pantheon",
+            "max_model_len": info.n_ctx, "meta": meta}
 
 
 class Health:

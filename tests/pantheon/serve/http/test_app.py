@@ -28,6 +28,7 @@ def test_models_list_carries_capabilities(client):
     meta = models["qwen2"].model_extra["meta"]
     assert meta["context_length"] == 256 and meta["replicas"] == 1 and meta["state"] == "loaded"
     assert models["qwen2"].object == "model" and models["qwen2"].owned_by == "pantheon"
+    assert models["qwen2"].model_extra["max_model_len"] == 256  # vLLM's name for the context a request fits
 
 
 def test_a_model_is_retrieved_by_id_and_an_unknown_id_is_404(client, served):
