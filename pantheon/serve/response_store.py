@@ -128,6 +128,17 @@ class ResponseStore:
             return "settled", rows
         return ("pending" if psutil.pid_exists(owner) else "orphaned"), rows
 
+    def streamed(self, response_id):
+        """Whether the response was made as a streamed background response (it has stored events). MissingResponse
+        if it is not held."""
+        with self._lock:
+            self._pending(response_id)
+            try:
+                return self._db().execute("SELECT EXISTS (SELECT 1 FROM events WHERE id = ?)",
+                                          (response_id,)).fetchone()[0] == 1
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"the response store {self.path} cannot be read: {exc}") from None
+
     def begin(self, response_id):
         """A queued background response's generation has begun: its status becomes in_progress. Whether it is
         still pending (nothing is written over one settled or cancelled meanwhile)."""

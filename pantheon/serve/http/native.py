@@ -250,7 +250,17 @@ def _settings(served, body):
     params = {k: getattr(defaults, k) for k in fields if k not in ("logit_bias", "seed")}
     applied = sampler_order.apply({k: body[k] for k in fields if k in body}, body.get("samplers"))
     params.update({k: v for k, v in applied.items() if k != "logit_bias"})  # what runs, samplers applied
-    return {"n_ctx": served.n_ctx, "model": served.name, **params}
+    return {"n_ctx": served.n_ctx, "model": served.name, **params, **_output_settings(body)}
+
+
+def _output_settings(body):
+    """The request's settings beside the sampler's, as llama-server's generation_settings echo them."""
+    limit = llama_fields.generation_limit(body, "max_tokens")
+    return {"n_predict": -1 if limit is None else limit, "n_keep": body.get("n_keep", 0),
+            "ignore_eos": body.get("ignore_eos", False), "stream": body.get("stream", False),
+            "n_probs": body.get("n_probs") or 0, "post_sampling_probs": body.get("post_sampling_probs", False),
+            "timings_per_token": body.get("timings_per_token", False),
+            "samplers": sampler_order.spelled(body.get("samplers"))}
 
 
 class Props:

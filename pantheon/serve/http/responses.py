@@ -295,7 +295,7 @@ class Stored:
         if after is None:
             resp.media = self._ask(response_id, "get")
             return
-        if not self._ask(response_id, "events", -1)[1]:
+        if not self._ask(response_id, "streamed"):
             raise RequestError(f"response {show(response_id)} was not created as a streamed background response: "
                                "read it without stream", param="stream", code="not_streamed")
         resp.content_type = sse.CONTENT_TYPE

@@ -39,6 +39,12 @@ def samplers(name, v):
     return tuple(s for s in picked if s is not None)
 
 
+def spelled(order):
+    """`order` (checked `samplers`, None for the default) in llama.cpp's names, as its settings show it."""
+    named = tuple(s for s in CHAIN if s != "infill") if order is None else order  # infill: only when listed
+    return ["typ_p" if s == "typical_p" else s for s in named]
+
+
 def apply(sampling, order):
     """`sampling` (the fields a client set) as llama-server runs them with `order` (checked `samplers`):
     a sampler left out does nothing, so it is set neutral; one that does something must keep our place."""

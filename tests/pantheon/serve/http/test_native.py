@@ -228,6 +228,18 @@ def test_generation_settings_show_what_samplers_left_running(qwen):
     settings = call(qwen.port, "POST", "/completion", dict(body, samplers=["top_k", "temperature"]))[2][
         "generation_settings"]
     assert (settings["top_k"], settings["top_p"], settings["temperature"]) == (5, 1.0, 0.7)
+    assert settings["samplers"] == ["top_k", "temperature"]
+
+
+def test_generation_settings_echo_the_output_settings_as_llama_server_does(qwen):
+    body = {"prompt": "Once", "n_predict": 2, "n_probs": 3, "post_sampling_probs": True, "ignore_eos": True}
+    settings = call(qwen.port, "POST", "/completion", body)[2]["generation_settings"]
+    assert {k: settings[k] for k in ("n_predict", "n_probs", "post_sampling_probs", "ignore_eos", "stream")} == {
+        "n_predict": 2, "n_probs": 3, "post_sampling_probs": True, "ignore_eos": True, "stream": False}
+    assert settings["samplers"] == ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                                    "temperature"]  # llama.cpp's default chain, in its names
+    params = call(qwen.port, "GET", "/props")[2]["default_generation_settings"]["params"]
+    assert (params["n_predict"], params["n_probs"], params["post_sampling_probs"]) == (-1, 0, False)
 
 
 def test_t_max_predict_ms_ends_at_a_newline_once_the_time_is_up(qwen):

@@ -258,6 +258,8 @@ def test_a_streams_events_count_in_the_store_bound_and_go_with_their_response(tm
     assert store.append("resp_a", [(n, b"x" * 100) for n in range(10)])
     assert store.settle("resp_a", {"id": "resp_a", "status": "completed"}, [(10, b"y" * 100)])
     assert [n for n, _ in store.events("resp_a", 7)[1]] == [8, 9, 10] and store.events("resp_a", -1)[0] == "settled"
+    store.put("resp_plain", None, {"id": "resp_plain", "status": "completed"}, [])
+    assert store.streamed("resp_a") and not store.streamed("resp_plain")
     assert not store.append("resp_a", [(11, b"z")])  # settled: nothing more is written
     for n in range(3):  # 1,100 bytes of events each: the fourth evicts the first
         store.put(f"resp_{n}", None, {"id": f"resp_{n}", "status": "queued"}, [], owner=os.getpid())
