@@ -90,7 +90,7 @@ _TOKEN = struct.Struct("<IHI")  # token id, choice, prompt tokens served from a 
 _CHOICE = struct.Struct("<H")
 _SCORE = struct.Struct("<dI")  # TOKENS after the token id: its logprob, then how many alternatives follow
 _ALT = struct.Struct("<Id")  # one alternative: token id, logprob
-_SCORED = struct.Struct("<IdI")  # a scored prompt token: id, logprob, how many alternatives follow
+_SCORED = struct.Struct("<IdII")  # a scored prompt token: id, logprob, rank, how many alternatives follow
 _ERROR = struct.Struct("<HxxdI")
 _ACCEPTED = struct.Struct("<B")
 _SLOT = struct.Struct("<H")
@@ -290,9 +290,9 @@ def decode_done(body):
 
 
 def encode_prompt_scores(scores):
-    """PROMPT_LOGPROBS body: per scored prompt token its id, logprob and alternatives (id, logprob)."""
-    return b"".join(b"".join((_SCORED.pack(s.token, s.logprob, len(s.top)), *(_ALT.pack(t, lp) for t, lp in s.top)))
-                    for s in scores)
+    """PROMPT_LOGPROBS body: per scored prompt token its id, logprob, rank and alternatives (id, logprob)."""
+    return b"".join(b"".join((_SCORED.pack(s.token, s.logprob, s.rank, len(s.top)),
+                              *(_ALT.pack(t, lp) for t, lp in s.top))) for s in scores)
 
 
 def decode_prompt_scores(body):
@@ -301,12 +301,12 @@ def decode_prompt_scores(body):
     while at < len(body):
         if len(body) - at < _SCORED.size:
             raise FrameError(f"PROMPT_LOGPROBS body of {len(body)} bytes ends inside an entry")
-        token, logprob, k = _SCORED.unpack_from(body, at)
+        token, logprob, rank, k = _SCORED.unpack_from(body, at)
         at += _SCORED.size + k * _ALT.size
         if at > len(body):
             raise FrameError(f"PROMPT_LOGPROBS body of {len(body)} bytes does not hold {k} alternatives")
         top = tuple(_ALT.iter_unpack(body[at - k * _ALT.size:at]))
-        out.append(TokenLogprob(token, logprob, top))
+        out.append(TokenLogprob(token, logprob, top, rank))
     if not out:
         raise FrameError("PROMPT_LOGPROBS body holds no entry")
     return tuple(out)

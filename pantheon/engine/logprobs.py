@@ -12,11 +12,14 @@ class TokenLogprob:
     """One token's log-probability under the model's distribution and the `k` likeliest tokens there.
 
     top: ((token id, logprob), ...) best first; ties go to the smaller id.
+    rank: how many tokens are at least as likely, itself included (vLLM's rank: 1 for the best); 0 where the
+    rank was not carried (the TOKENS frame of a sampled token leaves it out).
     """
 
     token: int
     logprob: float
     top: tuple = ()
+    rank: int = 0
 
 
 def log_softmax(logits):
@@ -30,7 +33,8 @@ def log_softmax(logits):
 def token_logprob(logits, token, k):
     """TokenLogprob of `token` with the `k` (0..MAX_TOP) best alternatives, from raw float32 logits."""
     lp = log_softmax(logits)  # [n_vocab]
-    return TokenLogprob(int(token), float(lp[token]), _top(lp, k))
+    rank = int(np.count_nonzero(lp >= lp[token]))
+    return TokenLogprob(int(token), float(lp[token]), _top(lp, k), rank)
 
 
 def _top(lp, k):

@@ -12,6 +12,7 @@ import pantheon
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
 from tests.conftest import shared_path
+from tests.pantheon.serve.http.test_logprobs import assert_vllm_prompt_logprobs, vllm_reference
 from tests.workers.serving import Server
 
 PROMPT = [1, 500, 600, 700]
@@ -79,6 +80,14 @@ def test_echo_with_logprobs_over_the_rings_scores_the_prompt(client):
         assert lp.token_logprobs[0] is None and len(lp.tokens) == len(PROMPT) + 2
         np.testing.assert_allclose(lp.token_logprobs[1:4], [rows[i, t] for i, t in enumerate(PROMPT[1:])], atol=TOL)
         np.testing.assert_allclose(lp.token_logprobs[4:], [ref[i, t] for i, t in enumerate(tokens)], atol=TOL)
+
+
+def test_vllm_prompt_logprobs_over_the_rings_carry_each_tokens_rank(client):
+    """The rank is counted on the die (only it holds the whole row) and crosses in the PROMPT_LOGPROBS frame."""
+    model = pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1)
+    out = client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=1, temperature=0,
+                                    extra_body={"prompt_logprobs": 2})
+    assert_vllm_prompt_logprobs(out.choices[0].prompt_logprobs, vllm_reference(model, PROMPT, 2), model.tokenizer)
 
 
 def test_a_list_of_prompts_over_the_rings(client):

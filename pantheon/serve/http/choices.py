@@ -5,6 +5,7 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Optional
 
 from pantheon.serve.http import logprobs as shapes_lp, timings
 from pantheon.serve.http.backend import Finished, PromptLogprobs
@@ -21,7 +22,9 @@ class Choice:
     output: object = None  # chat: the parser splitting content, reasoning and tool calls; None for text
     echo: str = ""
     spell: object = None  # a logprobs.TokenText when logprobs were asked for, else None
-    prompt_ids: tuple = ()  # with echo and logprobs: the prompt, whose logprobs lead the choice's
+    prompt_ids: tuple = ()  # the prompt, when its tokens are scored (echo with logprobs, vLLM's prompt_logprobs)
+    echo_k: Optional[int] = None  # with echo and logprobs: the alternatives the echoed prompt's tokens show
+    prompt_k: Optional[int] = None  # vLLM's prompt_logprobs: the alternatives its entries show
     _sent: int = field(default=0, repr=False)  # scores already sent in stream chunks
     _echoed: bool = field(default=False, repr=False)  # the scored echo went out in a stream chunk
 
@@ -56,12 +59,19 @@ class Choice:
         shift = len(self.echo)  # a completion's offsets count from the start of the text, echo included
         offsets = [o + shift for o in (self.gen.offsets if offsets is None else offsets)]
         out = shapes_lp.completion_logprobs(self.spell, scores, offsets)
-        return shapes_lp.joined(self.echo_logprobs(), out) if whole and self.prompt_ids else out
+        return shapes_lp.joined(self.echo_logprobs(), out) if whole and self.echo_k is not None else out
 
     def echo_logprobs(self):
         """The echoed prompt's logprobs (text_completion's shape), as the die scored it."""
         offsets = shapes_lp.text_offsets(self.spell.tokenizer, self.prompt_ids, len(self.echo))
-        return shapes_lp.echoed_logprobs(self.spell, self.prompt_ids, self.gen.prompt_scores, offsets)
+        scores = [dataclasses.replace(s, top=s.top[:self.echo_k]) for s in self.gen.prompt_scores]
+        return shapes_lp.echoed_logprobs(self.spell, self.prompt_ids, scores, offsets)
+
+    def vllm_prompt_logprobs(self):
+        """vLLM's prompt_logprobs of this choice's prompt (None when not asked); its generation has ended."""
+        if self.prompt_k is None:
+            return None
+        return shapes_lp.prompt_entries(self.gen.detok.tokenizer, self.gen.prompt_scores, self.prompt_k)
 
     def new_logprobs(self, chat):
         """The logprobs of tokens not yet sent in a chunk (None when there are none or none were asked)."""
@@ -80,7 +90,10 @@ def whole(env, choice):
         choice.output.push(text)
         choice.output.finish()
         message = choice.output.message()
-    return env.choice(text, choice.reason, message, choice.index, choice.logprobs(env.chat))
+    out = env.choice(text, choice.reason, message, choice.index, choice.logprobs(env.chat))
+    if choice.prompt_k is not None and not env.chat:  # a chat response carries them once, beside its choices
+        out["prompt_logprobs"] = choice.vllm_prompt_logprobs()
+    return out
 
 
 def chunks(env, choice):
@@ -88,7 +101,7 @@ def chunks(env, choice):
     chat, i = env.chat, choice.index
     if chat:
         yield env.chunk("", role="assistant", index=i)
-    if choice.echo and not choice.prompt_ids:
+    if choice.echo and choice.echo_k is None:
         yield env.chunk(choice.echo, index=i)
     for text in choice.gen.pieces():
         yield from _scored_echo(env, choice)
@@ -111,7 +124,7 @@ def chunks(env, choice):
 def _scored_echo(env, choice):
     """An echo whose logprobs were asked for goes out once, with them: before the first piece of text or
     the end (the die scores the prompt before its first token, so by then every score has come)."""
-    if choice.prompt_ids and not choice._echoed:
+    if choice.echo_k is not None and not choice._echoed:
         choice._echoed = True
         yield env.chunk(choice.echo, index=choice.index, logprobs=choice.echo_logprobs())
 

@@ -64,8 +64,23 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     scored = 0 if parsed.logprobs is None and parsed.best_of > parsed.n else parsed.logprobs
     stops = frozenset(served.tokenizer.stop_ids) | _stop_tokens(parsed, served)
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling, stops, session, grammar=grammar,
-                             logprobs=scored, n=runs, prompt_logprobs=parsed.logprobs if parsed.echo else None,
+                             logprobs=scored, n=runs, prompt_logprobs=_prompt_scored(parsed),
                              reasoning_budget=parsed.reasoning_budget, post_sampling=_post_sampling(parsed, sampling))
+
+
+def _prompt_scored(parsed):
+    """The alternatives each prompt token is scored with: the most that echo with logprobs or vLLM's
+    prompt_logprobs shows (each trims its own); None when neither asks."""
+    asked = [k for k in (parsed.logprobs if parsed.echo else None, parsed.prompt_logprobs) if k is not None]
+    return max(asked, default=None)
+
+
+def _scoring(parsed, ids):
+    """A choice's fields for its scored prompt: the ids, and what echo and vLLM's prompt_logprobs show of them."""
+    if _prompt_scored(parsed) is None:
+        return {}
+    return {"prompt_ids": tuple(ids), "prompt_k": parsed.prompt_logprobs,
+            "echo_k": parsed.logprobs if parsed.echo else None}
 
 
 def _post_sampling(parsed, sampling):
@@ -174,6 +189,8 @@ class _GenerateResource:
                     c.gen.cancel()  # a no-op for those that ended; the others must not run on unread
             resp.media = dict(env.body(bodies, total_usage(c.gen.usage for c in picks)),
                               timings=timings.final(c.gen for c in picks))
+            if self.chat and parsed.prompt_logprobs is not None:  # vLLM's: the one prompt's, beside the choices
+                resp.media["prompt_logprobs"] = picks[0].vllm_prompt_logprobs()
 
     def start(self, req, served, parsed, started, plans=None):
         """Build every prompt first (a bad one starts nothing), then start one generation per prompt, split
@@ -197,8 +214,8 @@ class _GenerateResource:
                                      self.options.recorder, served.name, started, self.options.watch,
                                      parsed.predict_limit, parsed.min_indent, parsed.sampling.get("min_tokens", 0))
                     output = plan.output if k == 0 else copy.deepcopy(plan.output)  # a parser per choice
-                    scored = tuple(plan.ids) if request.prompt_logprobs is not None else ()
-                    picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell, scored))
+                    picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell,
+                                                **_scoring(parsed, plan.ids)))
         except BaseException:
             for c in picks:
                 c.gen.cancel()

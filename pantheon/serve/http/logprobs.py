@@ -100,3 +100,19 @@ def native_probabilities(spell, scores):
 def _native_entry(spell, tid, lp):
     text, raw = spell(tid)
     return {"id": tid, "token": text, "bytes": raw, **_value(spell, lp)}
+
+
+def prompt_entries(tokenizer, scores, k):
+    """vLLM's prompt_logprobs: null for the first prompt token (nothing predicts it), then per scored token
+    {id: {logprob, rank, decoded_token}}, the token itself first, then its k best alternatives ranked 1..k (a
+    token among them shows that rank, as vLLM's dict keeps the later value)."""
+    def entry(tid, lp, rank):
+        text = tokenizer.token_bytes(tid, special=True).decode("utf-8", errors="replace")
+        return {"logprob": _number(lp), "rank": rank, "decoded_token": text}
+
+    out = [None]
+    for s in scores:
+        shown = {str(s.token): entry(s.token, s.logprob, s.rank)}
+        shown.update((str(t), entry(t, lp, r)) for r, (t, lp) in enumerate(s.top[:k], 1))
+        out.append(shown)
+    return out

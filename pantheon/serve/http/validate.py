@@ -52,6 +52,7 @@ class Parsed:
     reasoning_budget: int = 0  # tokens of thinking before the think block is closed; 0: the model's default
     dry_sequence_breakers: Optional[tuple] = None  # llama-server's: DRY's breakers as text (None: its default)
     post_sampling: bool = False  # llama-server's post_sampling_probs: logprobs as the sampler drew (see TokenText)
+    prompt_logprobs: Optional[int] = None  # vLLM's: each prompt token's logprob, rank and this many alternatives
 
 
 
@@ -393,4 +394,5 @@ def _parsed(values):
                   timings_per_token=values.get("timings_per_token", False),
                   predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0),
                   dry_sequence_breakers=_breaker_texts(values),
-                  post_sampling=values.get("post_sampling_probs", False))
+                  post_sampling=values.get("post_sampling_probs", False),
+                  prompt_logprobs=values.get("prompt_logprobs"))

@@ -2,6 +2,7 @@
 
 import json
 
+from pantheon.engine.logprobs import MAX_TOP
 from pantheon.serve.http.field_types import bad, boolean, divisor, integer, known_object, only, show, string
 
 MAX_STOP_TOKENS = 64
@@ -27,6 +28,17 @@ def choices(name, v):
     return v
 
 
+def prompt_logprobs(name, v):
+    """How many alternatives each prompt token's entry shows (0: only the token itself); true and false count
+    as 1 and 0, as vLLM's lax integer does. vLLM's -1 (the whole vocabulary) is over its default max_logprobs,
+    as here."""
+    v = int(v) if isinstance(v, bool) else integer(name, v)
+    if not 0 <= v <= MAX_TOP:
+        raise bad(name, f"must be in 0..{MAX_TOP} (the alternatives served per token, vLLM's default "
+                  f"max_logprobs), got {show(v)}", "invalid_value")
+    return v
+
+
 def structured_outputs(name, v):
     """vLLM's newer form: {"json" | "regex" | "choice" | "grammar" | "json_object": ...}, one of them."""
     known_object(name, v, set(STRUCTURED_KEYS) | {"disable_any_whitespace", "whitespace_pattern", "backend"})
@@ -45,7 +57,7 @@ FIELDS = {
     "guided_json": schema, "guided_regex": string,
     "guided_choice": choices, "guided_grammar": string, "structured_outputs": structured_outputs,
     "guided_decoding_backend": string,  # which library compiles the grammar: llguidance here, whatever is named
-    "min_tokens": lambda name, v: integer(name, v, 0),
+    "min_tokens": lambda name, v: integer(name, v, 0), "prompt_logprobs": prompt_logprobs,
     "include_stop_str_in_output": only(False, "stop strings are never part of the output here"),
     "skip_special_tokens": only(True, "special tokens are always left out of the text here"),
     "spaces_between_special_tokens": only(True, "special tokens are always left out of the text here"),
@@ -75,6 +87,11 @@ def restated(values):
     limit = out.get("max_completion_tokens", out.get("max_tokens"))
     if limit is not None and out.get("min_tokens", 0) > limit:
         raise bad("min_tokens", f"must not exceed max_tokens ({limit}), got {out['min_tokens']}", "invalid_value")
+    if out.get("prompt_logprobs") and out.get("stream"):
+        raise bad("prompt_logprobs", "prompt_logprobs are not available when stream=true (as in vLLM)",
+                  "invalid_value")
+    if out.get("stream"):
+        out.pop("prompt_logprobs", None)  # 0 asks for nothing a stream could carry: vLLM drops it too
     guided = _guided(out)
     if guided is not None:
         out["guided"] = guided

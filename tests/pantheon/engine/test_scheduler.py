@@ -370,6 +370,10 @@ def test_prompt_logprobs_are_llama_cpps_scored_in_chunks_and_come_before_the_fir
     lcpp = log_softmax(ref["logits"][:15])  # random weights: logprobs near -100, llama.cpp's within 2 %
     np.testing.assert_allclose(got, lcpp[np.arange(15), list(prompt[1:])], rtol=0.03)
     assert all(len(s.top) == 3 and s.top[0][0] == int(np.argmax(w)) for s, w in zip(scores, ours))
+    ranks = np.array([s.rank for s in scores])  # vLLM's: the tokens at least as likely, itself included
+    assert list(ranks) == [int((w >= w[t]).sum()) for w, t in zip(ours, prompt[1:])]
+    lcpp_ranks = np.array([(w >= w[t]).sum() for w, t in zip(lcpp, prompt[1:])])  # random weights: prompt
+    np.testing.assert_allclose(ranks, lcpp_ranks, rtol=0.05, atol=2)  # in the thousands; logits within 3 %
 
 
 def test_a_prompt_scoring_step_holds_at_most_scored_logits_bytes_of_logits(golden, monkeypatch):

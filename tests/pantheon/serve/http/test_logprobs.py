@@ -169,7 +169,69 @@ def test_echo_with_logprobs_and_n_choices_scores_the_shared_prompt_in_each(clien
     assert len(first.tokens) == len(second.tokens) == 6
 
 
+def vllm_reference(model, ids, k):
+    """vLLM's prompt_logprobs of `ids` from one teacher-forced forward: null, then per later token its logprob
+    and rank (the tokens at least as likely) first, then its k best ranked 1..k."""
+    rows = np.asarray(model.logits(ids)[:-1], np.float64)  # [len(ids) - 1, n_vocab] row i predicts ids[i + 1]
+    rows -= rows.max(1, keepdims=True)
+    rows -= np.log(np.exp(rows).sum(1, keepdims=True))
+    out = [None]
+    for row, t in zip(rows, ids[1:]):
+        entry = {t: (row[t], int((row >= row[t]).sum()))}
+        entry.update((int(b), (row[b], r)) for r, b in enumerate(np.argsort(-row, kind="stable")[:k], 1))
+        out.append(entry)
+    return out
+
+
+def assert_vllm_prompt_logprobs(got, want, tokenizer):
+    assert got[0] is None and len(got) == len(want)
+    for entries, ref in zip(got[1:], want[1:]):
+        assert [int(t) for t in entries] == list(ref)  # the token itself first, then its alternatives best first
+        for t, e in entries.items():
+            assert e["logprob"] == pytest.approx(ref[int(t)][0], abs=TOL) and e["rank"] == ref[int(t)][1]
+            assert e["decoded_token"] == tokenizer.token_bytes(int(t)).decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_vllm_prompt_logprobs_are_the_models_with_ranks(client, reference, k):
+    """vLLM's prompt_logprobs on both routes (the openai client's extra_body; the answer's extra fields)."""
+    model, ids = reference["qwen2"], [1, 500, 600, 700, 800]
+    out = client.completions.create(model="qwen2", prompt=ids, max_tokens=1, temperature=0,
+                                    extra_body={"prompt_logprobs": k})
+    assert_vllm_prompt_logprobs(out.choices[0].prompt_logprobs, vllm_reference(model, ids, k), model.tokenizer)
+    assert out.choices[0].logprobs is None  # the answer's own logprobs were not asked for
+    chat = client.chat.completions.create(model="qwen2", messages=CHAT, max_tokens=1, temperature=0,
+                                          extra_body={"prompt_logprobs": k})
+    ids = PromptBuilder(model.tokenizer, model.gguf.metadata).chat(CHAT)
+    assert len(ids) == chat.usage.prompt_tokens and not hasattr(chat.choices[0], "prompt_logprobs")
+    assert_vllm_prompt_logprobs(chat.prompt_logprobs, vllm_reference(model, ids, k), model.tokenizer)
+
+
+def test_vllm_prompt_logprobs_beside_echo_show_each_its_own_alternatives(client, reference):
+    model, ids = reference["qwen2"], [1, 500, 600, 700]
+    out = client.completions.create(model="qwen2", prompt=ids, max_tokens=2, temperature=0, logit_bias=NO_EOS,
+                                    logprobs=1, echo=True, n=2, extra_body={"prompt_logprobs": 4})
+    for choice in out.choices:
+        assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs[1:])  # echo's 1, its token beside
+        assert_vllm_prompt_logprobs(choice.prompt_logprobs, vllm_reference(model, ids, 4), model.tokenizer)
+    plain = client.completions.create(model="qwen2", prompt=ids, max_tokens=2, temperature=0, logit_bias=NO_EOS,
+                                      logprobs=1, echo=True)
+    assert out.choices[0].logprobs.top_logprobs == plain.choices[0].logprobs.top_logprobs
+
+
+def test_vllm_prompt_logprobs_with_stream_follow_vllms_rule(served):
+    """A stream has no place for them: a 400 when any are asked, a 0 dropped (as vLLM does)."""
+    body = {"model": "qwen2", "prompt": [1, 500, 600], "max_tokens": 1, "stream": True}
+    error_of(served, "/v1/completions", dict(body, prompt_logprobs=2), 400, param="prompt_logprobs")
+    status, _, text = call(served.port, "POST", "/v1/completions", dict(body, prompt_logprobs=0))
+    assert status == 200 and "prompt_logprobs" not in text and text.rstrip().endswith("[DONE]")
+
+
 @pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": "x", "prompt_logprobs": 21}, "prompt_logprobs"),
+    ("/v1/completions", {"prompt": "x", "prompt_logprobs": -1}, "prompt_logprobs"),
+    ("/v1/completions", {"prompt": "x", "prompt_logprobs": "2"}, "prompt_logprobs"),
+    ("/v1/chat/completions", {"messages": CHAT, "prompt_logprobs": 1.5}, "prompt_logprobs"),
     ("/v1/completions", {"prompt": "x", "logprobs": 21}, "logprobs"),
     ("/v1/completions", {"prompt": "x", "logprobs": -1}, "logprobs"),
     ("/v1/completions", {"prompt": "x", "logprobs": True}, "logprobs"),
