@@ -28,7 +28,7 @@ def front_main(layout, f, sock, config, store_path=None):
                      admin_token=config.admin_token, admin_on=admin_enabled(config.host, config.admin_token),
                      cors_origins=config.cors_origins, reasoning_format=config.reasoning_format,
                      body_limit=config.http.body_limit, response_store=store,
-                     sse_keepalive=config.http.sse_keepalive)
+                     sse_keepalive=config.http.sse_keepalive, prefill_assistant=config.prefill_assistant)
     server = create_front_server(app, sock, config.http)
     registrar = start_registrar(config, sock, backend, _log) if f == 0 else None
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=_drain, args=(backend, registrar, server),

@@ -75,6 +75,7 @@ class ServeConfig:
     ops: "Operations" = None
     cors_origins: tuple = ()
     reasoning_format: str = "auto"
+    prefill_assistant: bool = True  # a chat's final assistant message starts the reply (llama-server's default)
     registry: Optional["Registry"] = None  # where to register with a `pantheon router`; None: standalone
     http: HttpLimits = HttpLimits()
     responses_store_mb: int = DEFAULT_RESPONSES_STORE_MB  # 0: the Responses API stores nothing
@@ -164,6 +165,8 @@ FLAGS = (
          "origin allowed cross-origin (scheme://host[:port], or * for any); repeatable"),
     Flag("--reasoning-format", "global", "FMT", parse_reasoning_format, "auto",
          "auto or deepseek: <think> text goes to reasoning_content; none: it stays in content"),
+    Flag("--no-prefill-assistant", "global", None, None, "off",
+         "a chat's final assistant message is a finished turn, not the start of the reply (llama-server's flag)"),
     Flag("--responses-store", "global", "MB", int_in(0, MAX_RESPONSES_STORE_MB), str(DEFAULT_RESPONSES_STORE_MB),
          "disk for stored Responses (store: true, previous_response_id), least recently used evicted; 0: none"),
     Flag("--models-dir", "global", "DIR", parse_dir, "none", "directory of models that may be loaded"),
@@ -303,7 +306,8 @@ def _finish(draft, environ):
         api_keys=tuple(dict.fromkeys(draft.api_keys)), admin_token=opts.get("--admin-token"),
         models_dir=opts.get("--models-dir"), ops=operations_from_env(environ),
         cors_origins=tuple(dict.fromkeys(draft.cors_origins)),
-        reasoning_format=opts.get("--reasoning-format", "auto"), registry=_registry(opts, environ),
+        reasoning_format=opts.get("--reasoning-format", "auto"),
+        prefill_assistant=not opts.get("--no-prefill-assistant", False), registry=_registry(opts, environ),
         http=_http_limits(opts), responses_store_mb=opts.get("--responses-store", DEFAULT_RESPONSES_STORE_MB))
 
 

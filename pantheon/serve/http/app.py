@@ -59,7 +59,8 @@ class _CountRequests:
 
 def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_limit=16 * 2**20,
                fingerprint=FINGERPRINT, admin=None, admin_token=None, admin_on=True, cors_origins=(),
-               reasoning_format="auto", response_store=None, sse_keepalive=DEFAULT_SSE_KEEPALIVE):
+               reasoning_format="auto", response_store=None, sse_keepalive=DEFAULT_SSE_KEEPALIVE,
+               prefill_assistant=True):
     """A falcon.App (WSGI) serving the OpenAI API over `backend` (pantheon.serve.http.backend.Backend).
 
     api_keys: bearer keys; empty means no auth. metrics: this process's pantheon.serve.metrics.Recorder
@@ -72,6 +73,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     response_store: a pantheon.serve.response_store.ResponseStore for the Responses API's stored responses
     (previous_response_id, GET /v1/responses/{id}); None: responses are made as with store false.
     sse_keepalive: seconds of silence after which an SSE stream gets a comment line (0: never).
+    prefill_assistant: a chat's final assistant message starts the reply, which continues it (llama-server's
+    default; False: it is a finished turn, as OpenAI reads it).
     The OpenAI routes answer with and without the /v1 prefix, as bare base URLs call them.
     """
     middleware = [RequestId(), Cors(cors_origins), AdminAuth(admin_token, admin_on), BearerAuth(api_keys),
@@ -81,7 +84,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.req_options.strip_url_path_trailing_slash = True
     errors.install(app)
     options = Options(default_max_tokens, body_limit, fingerprint, metrics, DisconnectWatch(), reasoning_format,
-                      response_store, sse_keepalive)
+                      response_store, sse_keepalive, prefill_assistant)
     for prefix in ("/v1", ""):
         models = Models(backend)
         app.add_route(f"{prefix}/models", models)

@@ -1,5 +1,6 @@
 """A chat request's prompt and reply shape: tools in the template, forced calls, reasoning split."""
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Optional
@@ -69,6 +70,26 @@ def _compiled(field, kind, text):
         return grammars.compile_spec(kind, text)
     except Exception as exc:
         raise RequestError(f"{field}: {exc}", param=field, code="invalid_value") from None
+
+
+def final_prefill(parsed, enabled=True):
+    """(the request without its final assistant message, that message's text) when the reply continues it:
+    llama-server's assistant prefill (on unless `enabled` is False: --no-prefill-assistant) or vLLM's
+    continue_final_message; (the request, "") otherwise. A final message with tool calls is a finished turn."""
+    messages = parsed.messages
+    last = messages[-1]
+    if parsed.continue_final and last["role"] != "assistant":
+        raise RequestError("continue_final_message: the last message must be the assistant's, which the reply "
+                           "continues", param="continue_final_message", code="invalid_value")
+    if last["role"] != "assistant" or last.get("tool_calls") or not (enabled or parsed.continue_final):
+        return parsed, ""
+    if len(messages) > 1 and messages[-2]["role"] == "assistant":
+        raise RequestError("messages: cannot have 2 or more assistant messages at the end of the list (the last "
+                           "one starts the reply)", param="messages", code="invalid_value")
+    if not any(m["role"] != "system" for m in messages[:-1]):
+        raise RequestError("messages: a conversation needs a user message before an assistant prefill",
+                           param="messages", code="invalid_value")
+    return dataclasses.replace(parsed, messages=messages[:-1]), _flat(last.get("content")) or ""
 
 
 def prompt_text(served, parsed):

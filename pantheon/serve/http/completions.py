@@ -33,6 +33,7 @@ class Options:
     reasoning_format: str = "auto"  # --reasoning-format: "none" leaves <think> text in content
     responses: object = None  # pantheon.serve.response_store.ResponseStore, or None: no response is stored
     keepalive: float = 0.0  # seconds of silence after which an SSE stream gets a comment line (0: never)
+    prefill_assistant: bool = True  # a final assistant message starts the reply (--no-prefill-assistant: off)
 
 
 def resolve(backend, name):
@@ -244,9 +245,11 @@ class ChatCompletions(_GenerateResource):
     chat = True
     schema, required = validate.CHAT, ("messages",)
 
-    def prepare(self, served, parsed, prefill=""):
+    def prepare(self, served, parsed, prefill=None):
         """The prompt and the parser that splits the reply into content, reasoning and tool calls; `prefill`
-        starts the reply (see chat_plan.plan)."""
+        starts the reply (see chat_plan.plan); None: a final assistant message's text does (final_prefill)."""
+        if prefill is None:
+            parsed, prefill = chat_plan.final_prefill(parsed, self.options.prefill_assistant)
         plan = chat_plan.plan(served, parsed, self.options.reasoning_format, prefill)
         return [Plan(plan.ids, plan.output, plan.grammar)]
 

@@ -311,5 +311,6 @@ class ApplyTemplate:
         parsed = validate.check(json_body.read_json(req, self.options.body_limit), APPLY_TEMPLATE, ("messages",))
         served = resolve(self.backend, parsed.model)
         req.context.model = served.name
+        parsed, prefill = chat_plan.final_prefill(parsed, self.options.prefill_assistant)  # as llama-server's
         text, prefix = chat_plan.prompt_text(served, parsed)
-        resp.media = {"prompt": text + prefix}
+        resp.media = {"prompt": text + prefill + prefix}

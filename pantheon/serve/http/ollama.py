@@ -193,7 +193,8 @@ class OllamaChat(_OllamaRoute):
 
     def prepare(self, served, values, stream):
         parsed = ollama_fields.parsed(served.name, values["messages"], values, stream)
-        plan = chat_plan.plan(served, parsed, self.options.reasoning_format)
+        parsed, prefill = chat_plan.final_prefill(parsed, self.options.prefill_assistant)  # Ollama continues it too
+        plan = chat_plan.plan(served, parsed, self.options.reasoning_format, prefill)
         return parsed, Plan(plan.ids, plan.output, plan.grammar), None
 
 

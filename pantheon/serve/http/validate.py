@@ -53,6 +53,7 @@ class Parsed:
     dry_sequence_breakers: Optional[tuple] = None  # llama-server's: DRY's breakers as text (None: its default)
     post_sampling: bool = False  # llama-server's post_sampling_probs: logprobs as the sampler drew (see TokenText)
     prompt_logprobs: Optional[int] = None  # vLLM's: each prompt token's logprob, rank and this many alternatives
+    continue_final: bool = False  # vLLM's continue_final_message: the final assistant message starts the reply
 
 
 
@@ -395,4 +396,4 @@ def _parsed(values):
                   predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0),
                   dry_sequence_breakers=_breaker_texts(values),
                   post_sampling=values.get("post_sampling_probs", False),
-                  prompt_logprobs=values.get("prompt_logprobs"))
+                  prompt_logprobs=values.get("prompt_logprobs"), continue_final=values.get("continue_final", False))

@@ -66,9 +66,7 @@ FIELDS = {
     "priority": only(0, "request priorities are not supported (admission is first come, first served)"),
     "truncate_prompt_tokens": only(None, "a prompt is never cut here: one that does not fit is a 400"),
 }
-CHAT_FIELDS = dict(FIELDS, add_generation_prompt=only(True, "the prompt always ends with the assistant's turn"),
-                   continue_final_message=only(False, "continue an assistant message through the Anthropic "
-                                                       "Messages route's prefill"))
+CHAT_FIELDS = dict(FIELDS, add_generation_prompt=boolean, continue_final_message=boolean)
 
 
 def restated(values):
@@ -87,6 +85,7 @@ def restated(values):
     limit = out.get("max_completion_tokens", out.get("max_tokens"))
     if limit is not None and out.get("min_tokens", 0) > limit:
         raise bad("min_tokens", f"must not exceed max_tokens ({limit}), got {out['min_tokens']}", "invalid_value")
+    out["continue_final"] = _continued(out.pop("add_generation_prompt", None), out.pop("continue_final_message", False))
     if out.get("prompt_logprobs") and out.get("stream"):
         raise bad("prompt_logprobs", "prompt_logprobs are not available when stream=true (as in vLLM)",
                   "invalid_value")
@@ -96,6 +95,19 @@ def restated(values):
     if guided is not None:
         out["guided"] = guided
     return out
+
+
+def _continued(generation_prompt, continue_final):
+    """Whether the reply continues the final assistant message (vLLM's continue_final_message, which wants
+    add_generation_prompt false; left out, it is taken as false). A prompt left without the assistant's turn
+    is not served."""
+    if continue_final and generation_prompt:
+        raise bad("continue_final_message", "cannot be true together with add_generation_prompt (the reply "
+                  "continues the final assistant message instead of starting a turn), as in vLLM", "invalid_value")
+    if generation_prompt is False and not continue_final:
+        raise bad("add_generation_prompt", "a prompt always ends with the assistant's turn here: send false only "
+                  "with continue_final_message true (got false; send true or omit it)", "unsupported_value")
+    return continue_final
 
 
 def _guided(values):

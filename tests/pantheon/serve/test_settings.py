@@ -100,6 +100,7 @@ def test_every_global_flag(tmp_path):
     assert refused("--responses-store", "1048577") == "--responses-store 1048577: out of range 0..1048576"
     assert parse("--model", "a", "--sse-keepalive", "0").http.sse_keepalive == 0
     assert parse("--model", "a").http.sse_keepalive == 15
+    assert parse("--model", "a").prefill_assistant and not parse("--model", "a", "--no-prefill-assistant").prefill_assistant
     assert refused("--sse-keepalive", "3601") == "--sse-keepalive 3601: out of range 0..3600"
     assert (c.host, c.port, c.quantize, c.http_workers, c.batch_slots, c.cpu_dies) == ("0.0.0.0", 9000, True, 4, 8, 2)
     assert c.api_keys == ("k-zero", "k-one", "k-two")

@@ -1,0 +1,110 @@
+"""A chat's final assistant message starts the reply (llama-server's assistant prefill, vLLM's
+continue_final_message), or is a finished turn (--no-prefill-assistant)."""
+
+import pytest
+
+from pantheon.serve.http import chat_plan, validate
+from pantheon.serve.http.errors import RequestError
+from tests.pantheon.serve.http.server import CHAT_N_CTX, call, qwen_served
+
+openai = pytest.importorskip("openai", reason="the openai client is a test dependency (setup.cfg [test])")
+
+N_CTX = CHAT_N_CTX
+ASK = {"role": "user", "content": "Say a number."}
+STARTED = {"role": "assistant", "content": "The number is"}
+
+
+def parsed(messages, **fields):
+    return validate.check({"messages": messages, **fields}, validate.CHAT, ("messages",))
+
+
+def test_a_final_assistant_message_is_taken_off_as_the_start_of_the_reply():
+    rest, prefill = chat_plan.final_prefill(parsed([ASK, STARTED]))
+    assert rest.messages == [ASK] and prefill == "The number is"
+    parts = dict(STARTED, content=[{"type": "text", "text": "The "}, {"type": "text", "text": "number"}])
+    assert chat_plan.final_prefill(parsed([ASK, parts]))[1] == "The number"  # text parts joined, as llama-server
+    assert chat_plan.final_prefill(parsed([ASK, dict(STARTED, content=None)])) == (parsed([ASK]), "")
+
+
+@pytest.mark.parametrize("messages, enabled", [
+    ([ASK], True),  # nothing to continue
+    ([ASK, dict(STARTED, tool_calls=[{"id": "c", "type": "function",
+                                      "function": {"name": "f", "arguments": "{}"}}])], True),  # a finished turn
+    ([ASK, STARTED], False),  # --no-prefill-assistant
+])
+def test_what_is_not_a_prefill_is_left_as_it_is(messages, enabled):
+    request = parsed(messages)
+    assert chat_plan.final_prefill(request, enabled) == (request, "")
+
+
+def test_continue_final_message_asks_for_it_whatever_the_server_says():
+    rest, prefill = chat_plan.final_prefill(parsed([ASK, STARTED], continue_final_message=True,
+                                                   add_generation_prompt=False), enabled=False)
+    assert rest.messages == [ASK] and prefill == "The number is"
+    assert parsed([ASK, STARTED], continue_final_message=True).continue_final  # add_generation_prompt left out
+
+
+@pytest.mark.parametrize("messages, fields, param", [
+    ([ASK, STARTED, STARTED], {}, "messages"),  # llama-server's rule: one assistant message at the end
+    ([{"role": "system", "content": "Be brief."}, STARTED], {}, "messages"),  # nothing asked before it
+    ([ASK], {"continue_final_message": True}, "continue_final_message"),  # nothing to continue
+])
+def test_a_prefill_that_cannot_be_is_a_400_naming_the_field(messages, fields, param):
+    with pytest.raises(RequestError) as err:
+        chat_plan.final_prefill(parsed(messages, **fields))
+    assert err.value.param == param
+
+
+@pytest.mark.parametrize("fields, param", [
+    ({"continue_final_message": True, "add_generation_prompt": True}, "continue_final_message"),  # as vLLM
+    ({"add_generation_prompt": False}, "add_generation_prompt"),  # a prompt without the assistant's turn
+    ({"continue_final_message": "yes"}, "continue_final_message"),
+])
+def test_vllms_switches_in_combinations_not_served_are_400s(fields, param):
+    with pytest.raises(RequestError) as err:
+        parsed([ASK, STARTED], **fields)
+    assert err.value.param == param
+
+
+@pytest.fixture(scope="module")
+def servers():
+    on, off = qwen_served(N_CTX), qwen_served(N_CTX, prefill_assistant=False)
+    yield on, off
+    on.close()
+    off.close()
+
+
+def reply_of(server, body):
+    status, _, out = call(server.port, "POST", "/v1/chat/completions", dict(
+        {"model": "qwen2", "max_tokens": 5, "temperature": 0}, **body))
+    assert status == 200, out
+    return out
+
+
+def test_the_reply_continues_the_final_assistant_message(servers, prompts, greedy, engine_model):
+    """The prompt is the conversation before it, the assistant's turn opened, and its text (llama-server's),
+    on /v1/chat/completions, Ollama's /api/chat and /apply-template; the reply does not repeat it."""
+    on, _ = servers
+    ids = prompts.encode_chat(prompts.render([ASK]) + STARTED["content"])
+    want = engine_model.tokenizer.decode(greedy(ids, 5))
+    out = reply_of(on, {"messages": [ASK, STARTED]})
+    assert out["choices"][0]["message"]["content"] == want and out["usage"]["prompt_tokens"] == len(ids)
+    vllm = reply_of(on, {"messages": [ASK, STARTED], "continue_final_message": True, "add_generation_prompt": False})
+    assert vllm["choices"][0]["message"]["content"] == want
+    status, _, ollama = call(on.port, "POST", "/api/chat", {"model": "qwen2", "messages": [ASK, STARTED],
+                                                            "stream": False, "options": {"num_predict": 5,
+                                                                                         "temperature": 0}})
+    assert status == 200 and ollama["message"]["content"] == want
+    status, _, applied = call(on.port, "POST", "/apply-template", {"messages": [ASK, STARTED]})
+    assert status == 200 and applied["prompt"] == prompts.render([ASK]) + STARTED["content"]
+
+
+def test_without_prefill_the_final_assistant_message_is_a_finished_turn(servers, prompts, greedy, engine_model):
+    _, off = servers
+    ids = prompts.encode_chat(prompts.render([ASK, STARTED]))
+    out = reply_of(off, {"messages": [ASK, STARTED]})
+    assert out["choices"][0]["message"]["content"] == engine_model.tokenizer.decode(greedy(ids, 5))
+    assert out["usage"]["prompt_tokens"] == len(ids)
+    forced = reply_of(off, {"messages": [ASK, STARTED], "continue_final_message": True,
+                            "add_generation_prompt": False})  # a request still asks for it
+    assert forced["usage"]["prompt_tokens"] == len(prompts.encode_chat(prompts.render([ASK]) + STARTED["content"]))
