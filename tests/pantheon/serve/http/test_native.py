@@ -313,3 +313,19 @@ def test_the_infill_sampler_runs_as_llama_vim_asks_and_needs_top_k(qwen):
     for fields in ({"top_k": 0}, {"samplers": ["top_p", "infill"]}, {"top_k": 257}):
         status, _, err = call(qwen.port, "POST", "/completion", dict(body, **fields))
         assert status == 400 and err["error"]["param"] == "top_k", err
+
+
+@pytest.mark.parametrize("text", ["<s>[INST] Hi [/INST]", "Hello</s><s>again", "plain text"])
+def test_a_text_prompt_reads_control_token_text_as_those_tokens_on_every_route(served, text):
+    """llama-server tokenizes a completion prompt with parse_special (as vLLM's and Ollama's raw prompts):
+    "<s>" is the BOS token, so each route's prompt counts what /tokenize (add_special) counts."""
+    tok = served.backend.served("llama").tokenizer
+    ids = call(served.port, "POST", "/tokenize", {"model": "llama", "content": text, "add_special": True})[2]["tokens"]
+    assert ids == tok.encode(text, add_special=True, parse_special=True)
+    assert "<s>" not in text or len(ids) < len(tok.encode(text, add_special=True, parse_special=False))
+    ask = {"model": "llama", "max_tokens": 1, "temperature": 0}
+    v1 = call(served.port, "POST", "/v1/completions", dict(ask, prompt=text))[2]
+    native = call(served.port, "POST", "/completion", dict(ask, prompt=text))[2]
+    ollama = call(served.port, "POST", "/api/generate", {"model": "llama", "prompt": text, "raw": True,
+                                                         "stream": False, "options": {"num_predict": 1}})[2]
+    assert v1["usage"]["prompt_tokens"] == native["tokens_evaluated"] == ollama["prompt_eval_count"] == len(ids)
