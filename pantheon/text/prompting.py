@@ -44,11 +44,11 @@ class PromptBuilder:
         """True when `text` certainly needs more than `n_tokens` tokens: checked before paying to encode it."""
         return len(text) > n_tokens * self.tokenizer.max_token_chars
 
-    def raw(self, text):
-        """A plain completion prompt: BOS per metadata, special-token text read as those tokens (llama-server's,
-        vLLM's and Ollama's raw prompts do: a prompt written in the model's chat format means its control
-        tokens, as /tokenize and the chat template's text read them)."""
-        return self.tokenizer.encode(text, add_special=True, parse_special=True)
+    def raw(self, text, add_special=True):
+        """A plain completion prompt: BOS per metadata (unless `add_special` is False), special-token text read
+        as those tokens (llama-server's, vLLM's and Ollama's raw prompts do: a prompt written in the model's chat
+        format means its control tokens, as /tokenize and the chat template's text read them)."""
+        return self.tokenizer.encode(text, add_special=add_special, parse_special=True)
 
     def _history(self, messages):
         """Null content becomes "" (templates test `'x' in content`); arguments objects where wanted."""

@@ -199,7 +199,8 @@ class _GenerateResource:
         those already started. `plans`: prompts built by the caller (default: this route's prepare)."""
         session = req.get_header(SESSION_HEADER) or parsed.user
         plans = self.prepare(served, parsed) if plans is None else plans
-        spell = None if parsed.logprobs is None else TokenText(served.tokenizer, parsed.post_sampling)
+        spell = None if parsed.logprobs is None else TokenText(served.tokenizer, parsed.post_sampling,
+                                                               parsed.tokens_as_ids)
         if parsed.post_sampling and spell is not None and not self.chat:
             raise RequestError("post_sampling_probs: served on /completion and /v1/chat/completions (OpenAI's "
                                "text_completion logprobs have no place for probabilities)",
@@ -213,7 +214,8 @@ class _GenerateResource:
                 for k, stream in enumerate(streams):
                     gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env),
                                      self.options.recorder, served.name, started, self.options.watch,
-                                     parsed.predict_limit, parsed.min_indent, parsed.sampling.get("min_tokens", 0))
+                                     parsed.predict_limit, parsed.min_indent, parsed.sampling.get("min_tokens", 0),
+                                     parsed.include_stop)
                     output = plan.output if k == 0 else copy.deepcopy(plan.output)  # a parser per choice
                     picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell,
                                                 **_scoring(parsed, plan.ids)))
@@ -263,7 +265,7 @@ class Completions(_GenerateResource):
         /infill build it)."""
         if parsed.suffix is not None:
             return [Plan(self.fill_ids(served, p, parsed), grammar=parsed.grammar) for p in parsed.prompt]
-        return [Plan(self.prompt_ids(served, p), grammar=parsed.grammar,
+        return [Plan(self.prompt_ids(served, p, parsed.add_special), grammar=parsed.grammar,
                      echo=self.echo_text(served, p) if parsed.echo else "") for p in parsed.prompt]
 
     @staticmethod
@@ -282,10 +284,10 @@ class Completions(_GenerateResource):
         """The prompt as text: as sent, or its token ids decoded."""
         return prompt if isinstance(prompt, str) else served.tokenizer.decode(prompt)
 
-    def prompt_ids(self, served, prompt):
+    def prompt_ids(self, served, prompt, add_special=True):
         if isinstance(prompt, str):
             check_text_fits(served, prompt, "the prompt")
-            ids = served.prompts.raw(prompt)
+            ids = served.prompts.raw(prompt, add_special)
         else:
             ids = prompt
             if len(ids) >= served.n_ctx:

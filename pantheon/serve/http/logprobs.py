@@ -14,10 +14,11 @@ def _number(lp):
 class TokenText:
     """Each token's own text and UTF-8 bytes (control tokens spelled out), cached per id. `post_sampling`
     (llama-server's post_sampling_probs): the scores are the sampler's probabilities (their logs), shown as
-    `prob` and `top_probs` where they would be `logprob` and `top_logprobs`."""
+    `prob` and `top_probs` where they would be `logprob` and `top_logprobs`. `as_ids` (vLLM's
+    return_tokens_as_token_ids): each token reads "token_id:N", so that one not whole UTF-8 is still known."""
 
-    def __init__(self, tokenizer, post_sampling=False):
-        self.tokenizer, self.post_sampling = tokenizer, post_sampling
+    def __init__(self, tokenizer, post_sampling=False, as_ids=False):
+        self.tokenizer, self.post_sampling, self.as_ids = tokenizer, post_sampling, as_ids
         self._seen = {}
 
     def __call__(self, tid):
@@ -29,7 +30,7 @@ class TokenText:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 text = "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
-            hit = self._seen[tid] = (text, list(raw))
+            hit = self._seen[tid] = (f"token_id:{tid}" if self.as_ids else text, list(raw))
         return hit
 
 

@@ -8,21 +8,23 @@ class StopMatcher:
     so a client never sees part of a stop string, even when the string spans several tokens.
     """
 
-    def __init__(self, stops=()):
+    def __init__(self, stops=(), include=False):
         self.stops = tuple(s for s in stops if s)
+        self.include = include  # vLLM's include_stop_str_in_output: the text ends with the stop string it matched
         self.matched = None  # the stop string that ended the text, once one has
         self._held = ""
         self._floor = 0  # a match must end past this many held characters (they came through hold())
 
     def push(self, text):
-        """Safe text completed by `text`; after a match, the text before it, and nothing ever again."""
+        """Safe text completed by `text`; after a match, the text before it (and the stop string, with
+        `include`), and nothing ever again."""
         if self.matched is not None:
             return ""
         buf = self._held + text
         cut, stop = self._first_match(buf)
         if stop is not None:
             self.matched, self._held = stop, ""
-            return buf[:cut]
+            return buf[:cut + len(stop) if self.include else cut]
         keep = self._partial_suffix(buf)
         self._held = buf[len(buf) - keep:] if keep else ""
         self._floor = max(0, self._floor - (len(buf) - keep))  # held text goes out from its front

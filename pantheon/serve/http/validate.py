@@ -54,6 +54,9 @@ class Parsed:
     post_sampling: bool = False  # llama-server's post_sampling_probs: logprobs as the sampler drew (see TokenText)
     prompt_logprobs: Optional[int] = None  # vLLM's: each prompt token's logprob, rank and this many alternatives
     continue_final: bool = False  # vLLM's continue_final_message: the final assistant message starts the reply
+    include_stop: bool = False  # vLLM's include_stop_str_in_output: the text ends with the stop string it matched
+    tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: logprobs' tokens read "token_id:N"
+    add_special: bool = True  # vLLM's add_special_tokens: a text completion prompt starts with BOS (per metadata)
 
 
 
@@ -396,4 +399,7 @@ def _parsed(values):
                   predict_limit=llama_fields.predict_limit(values), min_indent=values.get("n_indent", 0),
                   dry_sequence_breakers=_breaker_texts(values),
                   post_sampling=values.get("post_sampling_probs", False),
-                  prompt_logprobs=values.get("prompt_logprobs"), continue_final=values.get("continue_final", False))
+                  prompt_logprobs=values.get("prompt_logprobs"), continue_final=values.get("continue_final", False),
+                  include_stop=values.get("include_stop_str_in_output", False),
+                  tokens_as_ids=values.get("return_tokens_as_token_ids", False),
+                  add_special=values.get("add_special_tokens", True))

@@ -58,7 +58,7 @@ FIELDS = {
     "guided_choice": choices, "guided_grammar": string, "structured_outputs": structured_outputs,
     "guided_decoding_backend": string,  # which library compiles the grammar: llguidance here, whatever is named
     "min_tokens": lambda name, v: integer(name, v, 0), "prompt_logprobs": prompt_logprobs,
-    "include_stop_str_in_output": only(False, "stop strings are never part of the output here"),
+    "include_stop_str_in_output": boolean, "return_tokens_as_token_ids": boolean, "add_special_tokens": boolean,
     "skip_special_tokens": only(True, "special tokens are always left out of the text here"),
     "spaces_between_special_tokens": only(True, "special tokens are always left out of the text here"),
     "use_beam_search": only(False, "beam search is not supported"),
@@ -66,7 +66,8 @@ FIELDS = {
     "priority": only(0, "request priorities are not supported (admission is first come, first served)"),
     "truncate_prompt_tokens": only(None, "a prompt is never cut here: one that does not fit is a 400"),
 }
-CHAT_FIELDS = dict(FIELDS, add_generation_prompt=boolean, continue_final_message=boolean)
+CHAT_FIELDS = dict(FIELDS, add_generation_prompt=boolean, continue_final_message=boolean,
+                   add_special_tokens=only(False, "the chat template writes the special tokens (vLLM's default)"))
 
 
 def restated(values):

@@ -64,6 +64,28 @@ def test_random_texts_match_the_reference_and_never_leak():
         assert sent + tail == want, (text, stops, pieces)
 
 
+def test_with_include_the_text_ends_with_the_stop_string_it_matched():
+    """vLLM's include_stop_str_in_output, against the reference cut moved past the earliest stop string."""
+    m = StopMatcher(["STOP"], include=True)
+    assert [m.push(p) for p in ["He", "llo ST", "O", "P rest"]] == ["He", "llo ", "", "STOP"] and m.flush() == ""
+    rng = random.Random(9)
+    for _ in range(400):
+        text = "".join(rng.choice("abc ") for _ in range(rng.randint(0, 30)))
+        stops = ["".join(rng.choice("abc ") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 4))]
+        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 8))))
+        pieces = [text[i:j] for i, j in zip([0] + cuts, cuts + [len(text)])]
+        want, seen = "".join(pieces), ""
+        for piece in pieces:
+            seen += piece
+            hits = [(seen.find(s), s) for s in stops if s in seen]
+            if hits:
+                at, stop = min(hits, key=lambda h: h[0])
+                want = seen[:at + len(stop)]
+                break
+        m = StopMatcher(stops, include=True)
+        assert "".join(m.push(p) for p in pieces) + m.flush() == want, (text, stops, pieces)
+
+
 def held_reference(stops, held, pieces):
     """vLLM's min_tokens: no stop string is looked for in the text of the `held` pieces; afterwards the text
     ends at the earliest stop string that ends past them (one may begin inside them)."""

@@ -8,6 +8,7 @@ import pytest
 
 from pantheon.serve.http import validate, vllm_fields
 from pantheon.serve.http.errors import RequestError
+from pantheon.serve.http.logprobs import TokenText
 from tests.pantheon.serve.http.server import call, greedy_ids
 
 PROMPT = [1, 300, 301, 302, 303]  # token ids: the same prompt for both golden models
@@ -56,7 +57,7 @@ def test_a_bad_or_conflicting_vllm_field_is_a_400_naming_it(fields, param):
 
 
 @pytest.mark.parametrize("name, neutral, other", [
-    ("include_stop_str_in_output", False, True), ("skip_special_tokens", True, False),
+    ("skip_special_tokens", True, False),
     ("spaces_between_special_tokens", True, False), ("use_beam_search", False, True), ("length_penalty", 1.0, 0.5),
     ("priority", 0, 3), ("truncate_prompt_tokens", None, 10)])
 def test_fields_run_only_at_their_neutral_value_are_refused_otherwise(name, neutral, other):
@@ -124,3 +125,54 @@ def test_min_tokens_holds_off_the_end_token_and_the_stop_strings(served, referen
     first = served.backend.served("llama").tokenizer.decode(greedy_ids(reference["llama"], PROMPT, 1, 256))
     assert answer(served, stop=[first])["text"] == ""
     assert answer(served, stop=[first], min_tokens=2)["text"].startswith(first)
+
+
+def test_include_stop_str_in_output_ends_the_text_with_the_stop_string(served, reference):
+    """The greedy text cut at a stop string taken from inside it: without the field the text ends before it,
+    with it the text ends with it (whole and streamed alike)."""
+    tok = served.backend.served("llama").tokenizer
+    text = tok.decode(greedy_ids(reference["llama"], PROMPT, 8, 256))
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    before = text[:text.index(stop)]
+    assert answer(served, stop=[stop])["text"] == before
+    got = answer(served, stop=[stop], include_stop_str_in_output=True)
+    assert (got["text"], got["finish_reason"]) == (before + stop, "stop")
+    status, _, streamed = call(served.port, "POST", "/v1/completions", {
+        "model": "llama", "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "stop": [stop],
+        "include_stop_str_in_output": True, "stream": True})
+    chunks = [json.loads(b[6:]) for b in streamed.split("\n\n") if b.startswith("data: {")]
+    assert status == 200 and "".join(c["choices"][0]["text"] for c in chunks) == before + stop
+
+
+def test_return_tokens_as_token_ids_names_every_logprobs_token_by_its_id(served, reference):
+    tokens = greedy_ids(reference["llama"], PROMPT, 4, 256)
+    plain = answer(served, max_tokens=4, logprobs=2)["logprobs"]
+    named = answer(served, max_tokens=4, logprobs=2, return_tokens_as_token_ids=True)["logprobs"]
+    assert named["tokens"] == [f"token_id:{t}" for t in tokens] and named["token_logprobs"] == plain["token_logprobs"]
+    tok = served.backend.served("llama").tokenizer
+    spelled, spell = TokenText(tok), tok.token_bytes
+    for top, ids_top in zip(plain["top_logprobs"], named["top_logprobs"]):
+        assert sorted(ids_top.values()) == sorted(top.values())
+        assert all(spelled(int(k.removeprefix("token_id:")))[0] in top for k in ids_top)
+    status, _, chat = call(served.port, "POST", "/v1/chat/completions", {
+        "model": "llama", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0,
+        "logprobs": True, "top_logprobs": 2, "return_tokens_as_token_ids": True})
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert status == 200 and all(re.fullmatch(r"token_id:\d+", e["token"]) for e in content)
+    assert all(re.fullmatch(r"token_id:\d+", t["token"]) for e in content for t in e["top_logprobs"])
+    assert all(e["bytes"] == list(spell(int(e["token"][9:]))) for e in content)  # the token's own bytes
+
+
+def test_add_special_tokens_false_leaves_the_bos_off_a_text_prompt(served, reference):
+    tok = served.backend.served("llama").tokenizer
+    ids = tok.encode("Once upon a time", add_special=False, parse_special=True)
+    assert tok.encode("Once upon a time", add_special=True, parse_special=True) == [tok.bos_id] + ids
+    got = answer(served, prompt="Once upon a time", max_tokens=4, add_special_tokens=False)
+    status, _, out = call(served.port, "POST", "/v1/completions", {
+        "model": "llama", "prompt": "Once upon a time", "max_tokens": 4, "temperature": 0,
+        "add_special_tokens": False})
+    assert out["usage"]["prompt_tokens"] == len(ids)
+    assert got["text"] == tok.decode(greedy_ids(reference["llama"], ids, 4, 256))
+    chat = {"model": "llama", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    assert call(served.port, "POST", "/v1/chat/completions", dict(chat, add_special_tokens=False))[0] == 200
+    assert call(served.port, "POST", "/v1/chat/completions", dict(chat, add_special_tokens=True))[0] == 400
