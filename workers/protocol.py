@@ -78,7 +78,8 @@ _OPTIONAL_REALS = ("top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold
                    "dynatemp_exponent", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base")
 _OPTIONAL = _OPTIONAL_REALS + ("dry_allowed_length", "dry_penalty_last_n", "min_keep", "min_tokens")
 # ... then how many u32 words DRY's breakers take after the bias ids: per breaker its tail's length, head, tail
-_SAMPLERS = struct.Struct("<" + "d" * len(_OPTIONAL_REALS) + "q" * (len(_OPTIONAL) - len(_OPTIONAL_REALS)) + "I")
+# ... and how many allowed ids (vLLM's allowed_token_ids) follow the breakers
+_SAMPLERS = struct.Struct("<" + "d" * len(_OPTIONAL_REALS) + "q" * (len(_OPTIONAL) - len(_OPTIONAL_REALS)) + "II")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
 _FLAG_INFILL = 4
@@ -159,8 +160,8 @@ def encode_job(job):
             p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, *think, len(job.prompt),
             len(job.stop_ids), len(bias), flags, job.grammar_replay, len(grammar),
             -1 if job.logprobs is None else job.logprobs, -1 if job.prompt_logprobs is None else job.prompt_logprobs
-        ) + _SAMPLERS.pack(*(getattr(p, name) for name in _OPTIONAL), len(breakers))
-        ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias), *breakers))
+        ) + _SAMPLERS.pack(*(getattr(p, name) for name in _OPTIONAL), len(breakers), len(p.allowed_ids))
+        ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias), *breakers, *p.allowed_ids))
     except (struct.error, OverflowError, TypeError) as e:
         raise InvalidParameter(f"a request value does not fit the wire format: {e}", None) from None
     return b"".join((head, ids.tobytes(), array.array("d", (float(v) for _, v in bias)).tobytes(), grammar))
@@ -197,13 +198,14 @@ def decode_job(body):
     (max_tokens, top_k, last_n, budget, seed, temperature, top_p, min_p, repeat, presence, frequency,
      t_open, t_close, n_prompt, n_stop, n_bias, flags, replay, n_grammar, logprobs, prompt_lp) = _JOB.unpack_from(
         body, _ROUTE.size)
-    *settings, n_dry = _SAMPLERS.unpack_from(body, _ROUTE.size + _JOB.size)
+    *settings, n_dry, n_allowed = _SAMPLERS.unpack_from(body, _ROUTE.size + _JOB.size)
     start = _ROUTE.size + _JOB.size + _SAMPLERS.size
-    n_ids = n_prompt + n_stop + n_bias + n_dry
+    n_ids = n_prompt + n_stop + n_bias + n_dry + n_allowed
     end_bias = start + n_ids * _U32 + n_bias * 8
     if end_bias + n_grammar != len(body):
         raise FrameError(f"SUBMIT body of {len(body)} bytes does not hold {n_prompt} prompt ids, {n_stop} stop "
-                         f"ids, {n_bias} biases, {n_dry} DRY words and a {n_grammar}-byte grammar")
+                         f"ids, {n_bias} biases, {n_dry} DRY words, {n_allowed} allowed ids and a {n_grammar}-byte "
+                         "grammar")
     ids = array.array("I", body[start:start + n_ids * _U32])
     values = array.array("d", body[start + n_ids * _U32:end_bias])
     try:
@@ -211,7 +213,8 @@ def decode_job(body):
     except UnicodeDecodeError:
         raise FrameError("SUBMIT grammar is not UTF-8") from None
     bias = dict(zip(ids[n_prompt + n_stop:n_prompt + n_stop + n_bias], values))
-    optional = dict(zip(_OPTIONAL, settings), dry_breakers=_breakers(ids[n_ids - n_dry:]))
+    optional = dict(zip(_OPTIONAL, settings), dry_breakers=_breakers(ids[n_ids - n_allowed - n_dry:n_ids - n_allowed]),
+                    allowed_ids=tuple(ids[n_ids - n_allowed:]))
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat,
                             repeat_last_n=last_n, presence_penalty=presence, frequency_penalty=frequency,
                             logit_bias=bias, seed=None if flags & _FLAG_RANDOM_SEED else seed,

@@ -1,8 +1,6 @@
 """Next-token sampling along llama.cpp's default chain, with validated, immutable parameters."""
 
 import math
-import numbers
-import operator
 import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -11,14 +9,12 @@ from typing import Mapping, Optional
 import numpy as np
 
 from pantheon.engine import sampler_filters as filters
+from pantheon.engine import sampling_checks as checks
 from pantheon.engine.dry import Dry
 from pantheon.engine.infill import MAX_CANDIDATES, infill
 from pantheon.errors import InvalidParameter
 
 _SEED_LIMIT = 2**64
-_F32 = np.finfo(np.float32)
-# Python floats, so comparing a huge client value never casts it to float32 (an overflow warning)
-_F32_MAX, _F32_TINY = float(_F32.max), float(_F32.tiny)
 _INT32_MAX = 2**31 - 1
 _FIRST_SORT = 256  # top_p without top_k: sort this many best tokens first, widen only if mass is short
 
@@ -41,6 +37,8 @@ class SamplingParams:
     ((head id, tail ids), ...) (pantheon.text.dry_breakers makes them from text).
     min_keep: top_p, min_p, typical_p and XTC keep at least this many tokens (llama.cpp's; 0 and 1 alike).
     min_tokens: vLLM's; the end tokens are banned until this many tokens were generated (the engine masks them).
+    allowed_ids: vLLM's allowed_token_ids; only these tokens may be drawn (empty: every token), a mask before
+    the bias.
     """
 
     temperature: float = 0.8
@@ -70,52 +68,55 @@ class SamplingParams:
     dry_breakers: tuple = ()
     min_keep: int = 0
     min_tokens: int = 0
+    allowed_ids: tuple = ()
 
     def __post_init__(self):
         bias = self.logit_bias
         if not isinstance(bias, Mapping):
             raise InvalidParameter(f"logit_bias must map token ids to numbers, got {bias!r}", "logit_bias")
         object.__setattr__(self, "logit_bias", MappingProxyType(dict(bias)))
-        object.__setattr__(self, "dry_breakers", _breakers(self.dry_breakers))
+        object.__setattr__(self, "dry_breakers", checks.breakers(self.dry_breakers))
+        object.__setattr__(self, "allowed_ids", checks.token_ids(self.allowed_ids, "allowed_ids"))
         self.validate()
 
     def validate(self, n_vocab=None):
         """Raise InvalidParameter naming the first bad field; `n_vocab` also bounds logit_bias ids."""
-        _real("temperature", self.temperature, low=0.0, divides=True)
-        _integer("top_k", self.top_k, low=0, high=_INT32_MAX)
-        _real("top_p", self.top_p, low=0.0, high=1.0)
-        _real("min_p", self.min_p, low=0.0, high=1.0)
-        _real("repeat_penalty", self.repeat_penalty, low=0.0, low_open=True, divides=True)
-        _integer("repeat_last_n", self.repeat_last_n, low=-1, high=_INT32_MAX)
-        _real("presence_penalty", self.presence_penalty)
-        _real("frequency_penalty", self.frequency_penalty)
-        _check_bias(self.logit_bias, n_vocab)
-        _check_breakers(self.dry_breakers, n_vocab)
+        checks.real("temperature", self.temperature, low=0.0, divides=True)
+        checks.integer("top_k", self.top_k, low=0, high=_INT32_MAX)
+        checks.real("top_p", self.top_p, low=0.0, high=1.0)
+        checks.real("min_p", self.min_p, low=0.0, high=1.0)
+        checks.real("repeat_penalty", self.repeat_penalty, low=0.0, low_open=True, divides=True)
+        checks.integer("repeat_last_n", self.repeat_last_n, low=-1, high=_INT32_MAX)
+        checks.real("presence_penalty", self.presence_penalty)
+        checks.real("frequency_penalty", self.frequency_penalty)
+        checks.check_bias(self.logit_bias, n_vocab)
+        checks.check_breakers(self.dry_breakers, n_vocab)
+        checks.check_breakers(((t, ()) for t in self.allowed_ids), n_vocab, "allowed_ids")
         self._validate_optional()
         if self.seed is not None:
-            _integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)
+            checks.integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)
         if self.infill and not 0 < self.top_k <= MAX_CANDIDATES:
             raise InvalidParameter(f"top_k: the infill sampler compares every pair of candidates, so it needs "
                                    f"top_k between 1 and {MAX_CANDIDATES}, got {self.top_k}", "top_k")
 
     def _validate_optional(self):
-        _real("top_n_sigma", self.top_n_sigma)
-        _real("typical_p", self.typical_p, low=0.0, high=1.0)
-        _real("xtc_probability", self.xtc_probability, low=0.0, high=1.0)
-        _real("xtc_threshold", self.xtc_threshold, low=0.0, high=1.0)
-        _real("dynatemp_range", self.dynatemp_range, low=0.0)
-        _real("dynatemp_exponent", self.dynatemp_exponent, low=0.0)
-        _integer("mirostat", self.mirostat, low=0, high=2)
-        _real("mirostat_tau", self.mirostat_tau, low=0.0)
-        _real("mirostat_eta", self.mirostat_eta, low=0.0)
+        checks.real("top_n_sigma", self.top_n_sigma)
+        checks.real("typical_p", self.typical_p, low=0.0, high=1.0)
+        checks.real("xtc_probability", self.xtc_probability, low=0.0, high=1.0)
+        checks.real("xtc_threshold", self.xtc_threshold, low=0.0, high=1.0)
+        checks.real("dynatemp_range", self.dynatemp_range, low=0.0)
+        checks.real("dynatemp_exponent", self.dynatemp_exponent, low=0.0)
+        checks.integer("mirostat", self.mirostat, low=0, high=2)
+        checks.real("mirostat_tau", self.mirostat_tau, low=0.0)
+        checks.real("mirostat_eta", self.mirostat_eta, low=0.0)
         if self.mirostat and self.infill:
             raise InvalidParameter("mirostat replaces the sampler chain, the infill sampler with it", "mirostat")
-        _real("dry_multiplier", self.dry_multiplier, low=0.0)
-        _real("dry_base", self.dry_base, low=0.0)
-        _integer("dry_allowed_length", self.dry_allowed_length, low=0, high=_INT32_MAX)
-        _integer("dry_penalty_last_n", self.dry_penalty_last_n, low=-1, high=_INT32_MAX)
-        _integer("min_keep", self.min_keep, low=0, high=_INT32_MAX)
-        _integer("min_tokens", self.min_tokens, low=0, high=_INT32_MAX)
+        checks.real("dry_multiplier", self.dry_multiplier, low=0.0)
+        checks.real("dry_base", self.dry_base, low=0.0)
+        checks.integer("dry_allowed_length", self.dry_allowed_length, low=0, high=_INT32_MAX)
+        checks.integer("dry_penalty_last_n", self.dry_penalty_last_n, low=-1, high=_INT32_MAX)
+        checks.integer("min_keep", self.min_keep, low=0, high=_INT32_MAX)
+        checks.integer("min_tokens", self.min_tokens, low=0, high=_INT32_MAX)
 
     def dry(self):
         """The DRY sampler these settings ask for, or None (off, or mirostat's chain, which has none)."""
@@ -157,7 +158,7 @@ class Sampler:
 
     def __init__(self, params, n_vocab, piece=None, eog=()):
         """`piece` (token id -> bytes) and `eog` (end-of-generation ids) serve the infill sampler."""
-        _integer("n_vocab", n_vocab, low=1)
+        checks.integer("n_vocab", n_vocab, low=1)
         params.validate(n_vocab)
         self.params = params
         self.n_vocab = n_vocab
@@ -165,6 +166,10 @@ class Sampler:
         self.rng = np.random.default_rng(params.seed)
         self._bias_ids = np.fromiter(params.logit_bias.keys(), np.int64, len(params.logit_bias))  # [n_bias]
         self._bias = np.fromiter(params.logit_bias.values(), np.float32, len(params.logit_bias))  # [n_bias]
+        self._banned = None
+        if params.allowed_ids:
+            self._banned = np.ones(n_vocab, bool)  # [n_vocab], True where allowed_ids leave a token out
+            self._banned[list(params.allowed_ids)] = False
         self.mirostat = filters.Mirostat(params.mirostat, params.mirostat_tau, params.mirostat_eta,
                                          n_vocab) if params.mirostat else None
         self.dry = params.dry()
@@ -202,10 +207,13 @@ class Sampler:
         return self._draw(ids, kept, float(kept.max()))
 
     def adjust(self, logits, history):
-        """Logit bias, repetition penalties, then DRY (llama.cpp's chain order); never writes the caller's array."""
-        if not self._bias_ids.size and not self.params.penalizes and self.dry is None:
+        """allowed_ids' mask, logit bias, repetition penalties, then DRY (llama.cpp's chain order); never writes
+        the caller's array."""
+        if not self._bias_ids.size and not self.params.penalizes and self.dry is None and self._banned is None:
             return logits
         out = np.array(logits, dtype=np.float32)  # [n_vocab]
+        if self._banned is not None:
+            out[self._banned] = -np.inf
         if self._bias_ids.size:
             out[self._bias_ids] += self._bias
         if self.params.penalizes:
@@ -339,57 +347,3 @@ def _best_sorted(values, width):
         if part.size > width:
             part = part[np.argpartition(values[part], part.size - width)[part.size - width:]]  # [width]
     return part[np.argsort(-values[part], kind="stable")]  # [width]
-
-
-def _real(name, value, low=None, high=None, low_open=False, divides=False):
-    """A finite number inside float32's range; `divides`: zero or a normal float32, never a denormal."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise InvalidParameter(f"{name} must be a finite number, got {value!r}", name)
-    if abs(value) > _F32_MAX:
-        raise InvalidParameter(f"{name} must be within float32's range (|x| <= {_F32_MAX:.7g}), got {value!r}", name)
-    if divides and 0 < abs(value) < _F32_TINY:
-        raise InvalidParameter(f"{name} must be 0 or at least {_F32_TINY:.7g} (a divisor), got {value!r}", name)
-    if low is not None and (value < low or (low_open and value == low)):
-        raise InvalidParameter(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}", name)
-    if high is not None and value > high:
-        raise InvalidParameter(f"{name} must be <= {high}, got {value!r}", name)
-
-
-def _integer(name, value, low=None, high=None):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InvalidParameter(f"{name} must be an integer, got {value!r}", name)
-    if low is not None and value < low:
-        raise InvalidParameter(f"{name} must be >= {low}, got {value!r}", name)
-    if high is not None and value > high:
-        raise InvalidParameter(f"{name} must be <= {high}, got {value!r}", name)
-
-
-def _check_bias(bias, n_vocab):
-    for token, value in bias.items():
-        try:
-            token = operator.index(token)
-        except TypeError:
-            raise InvalidParameter(f"logit_bias keys must be token ids, got {token!r}", "logit_bias") from None
-        if token < 0 or (n_vocab is not None and token >= n_vocab):
-            raise InvalidParameter(f"logit_bias token id {token} is outside [0, {n_vocab})", "logit_bias")
-        bad = isinstance(value, bool) or not isinstance(value, numbers.Real)
-        if bad or math.isnan(value) or value == math.inf or (value != -math.inf and abs(value) > _F32_MAX):
-            raise InvalidParameter(f"logit_bias[{token}] must be a float32 number or -inf, got {value!r}",
-                                   "logit_bias")
-
-
-def _breakers(value):
-    """DRY's breakers as a tuple of (head id, tuple of tail ids); InvalidParameter for any other shape."""
-    try:
-        return tuple((operator.index(head), tuple(operator.index(t) for t in tail)) for head, tail in value)
-    except (TypeError, ValueError):
-        raise InvalidParameter(f"dry_breakers must be (head id, tail ids) pairs, got {value!r}"[:300],
-                               "dry_sequence_breakers") from None
-
-
-def _check_breakers(breakers, n_vocab):
-    for head, tail in breakers:
-        for token in (head, *tail):
-            if token < 0 or (n_vocab is not None and token >= n_vocab):
-                raise InvalidParameter(f"dry_breakers token id {token} is outside [0, {n_vocab})",
-                                       "dry_sequence_breakers")

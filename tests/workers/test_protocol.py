@@ -60,6 +60,7 @@ SAMPLING = {
     "dry_breakers": st.lists(st.tuples(U32, st.lists(U32, max_size=4).map(tuple)), max_size=6).map(tuple),
     "min_keep": st.integers(0, INT32),
     "min_tokens": st.integers(0, INT32),
+    "allowed_ids": st.lists(U32, max_size=8).map(tuple),
 }
 
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).

@@ -90,6 +90,16 @@ def test_vllm_prompt_logprobs_over_the_rings_carry_each_tokens_rank(client):
     assert_vllm_prompt_logprobs(out.choices[0].prompt_logprobs, vllm_reference(model, PROMPT, 2), model.tokenizer)
 
 
+def test_allowed_token_ids_cross_the_ring_to_the_dies_sampler(client):
+    allowed = [300, 301, 302]
+    out = client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=6, temperature=5.0, seed=4,
+                                    logit_bias=NO_EOS, logprobs=0,
+                                    extra_body={"top_k": 0, "allowed_token_ids": allowed,
+                                                "return_tokens_as_token_ids": True})
+    ids = [int(t.removeprefix("token_id:")) for t in out.choices[0].logprobs.tokens]
+    assert len(ids) == 6 and set(ids) <= set(allowed)
+
+
 def test_a_list_of_prompts_over_the_rings(client):
     prompts = [PROMPT, "Once upon a time"]
     out = client.completions.create(model="qwen2", prompt=prompts, max_tokens=3, temperature=0, logit_bias=NO_EOS,

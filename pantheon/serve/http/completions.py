@@ -55,6 +55,7 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
                                 f"not fit the context of {served.n_ctx} tokens of model {served.name}", n, served.n_ctx)
     room = served.n_ctx - n
     wanted = {-1: room, None: default_max_tokens or room}.get(parsed.max_tokens, parsed.max_tokens)
+    stops = frozenset(served.tokenizer.stop_ids) | _stop_tokens(parsed, served)  # (checks allowed_token_ids too)
     sampling = SamplingParams(**_with_breakers(_banned_eos(parsed, served.tokenizer.stop_ids), parsed, served))
     sampling.validate(served.tokenizer.n_vocab)
     runs, field = max(parsed.n, parsed.best_of), "n" if parsed.best_of <= parsed.n else "best_of"
@@ -63,7 +64,6 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
                            f"sequences it decodes together: --batch-slots), got {runs}", param=field)
     # best_of ranks candidates by their tokens' logprobs: scored even when the answer shows none
     scored = 0 if parsed.logprobs is None and parsed.best_of > parsed.n else parsed.logprobs
-    stops = frozenset(served.tokenizer.stop_ids) | _stop_tokens(parsed, served)
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling, stops, session, grammar=grammar,
                              logprobs=scored, n=runs, prompt_logprobs=_prompt_scored(parsed),
                              reasoning_budget=parsed.reasoning_budget, post_sampling=_post_sampling(parsed, sampling))
@@ -96,11 +96,13 @@ def _post_sampling(parsed, sampling):
 
 
 def _stop_tokens(parsed, served):
-    """vLLM's stop_token_ids, each inside the vocabulary."""
-    outside = [t for t in parsed.stop_token_ids if t >= served.tokenizer.n_vocab]
-    if outside:
-        raise RequestError(f"stop_token_ids: token id {outside[0]} is outside the vocabulary of "
-                           f"{served.tokenizer.n_vocab} tokens", param="stop_token_ids", code="invalid_value")
+    """vLLM's stop_token_ids, each inside the vocabulary (and its allowed_token_ids checked alike)."""
+    for name, ids in (("stop_token_ids", parsed.stop_token_ids),
+                      ("allowed_token_ids", parsed.sampling.get("allowed_ids", ()))):
+        outside = [t for t in ids if t >= served.tokenizer.n_vocab]
+        if outside:
+            raise RequestError(f"{name}: token id {outside[0]} is outside the vocabulary of "
+                               f"{served.tokenizer.n_vocab} tokens", param=name, code="invalid_value")
     return frozenset(parsed.stop_token_ids)
 
 

@@ -381,9 +381,9 @@ def _template_variables(values):
 
 def _parsed(values):
     limit = llama_fields.generation_limit(values, "max_completion_tokens", "max_tokens")
-    options = values.get("stream_options", {})
+    options, sampled = values.get("stream_options", {}), SAMPLING_FIELDS + ("allowed_ids",)
     return Parsed(model=values.get("model"), messages=values.get("messages"), prompt=values.get("prompt"),
-                  max_tokens=limit, sampling=sampler_order.apply({k: values[k] for k in SAMPLING_FIELDS if k in values},
+                  max_tokens=limit, sampling=sampler_order.apply({k: values[k] for k in sampled if k in values},
                                                                  values.get("samplers")),
                   stop=values.get("stop", ()), stream=values.get("stream", False),
                   include_usage=options.get("include_usage", False), user=values.get("user"),

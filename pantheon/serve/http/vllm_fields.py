@@ -2,8 +2,8 @@
 
 import json
 
-from pantheon.engine.logprobs import MAX_TOP
-from pantheon.serve.http.field_types import bad, boolean, divisor, integer, known_object, only, show, string
+from pantheon.serve.http.field_types import (MAX_TOP_LOGPROBS, bad, boolean, divisor, integer, known_object, only,
+                                             show, string)
 
 MAX_STOP_TOKENS = 64
 STRUCTURED_KEYS = ("json", "regex", "choice", "grammar", "json_object")
@@ -28,13 +28,20 @@ def choices(name, v):
     return v
 
 
+def allowed_token_ids(name, v):
+    """vLLM's: the only tokens the answer may be made of (inside the vocabulary: checked per model)."""
+    if not isinstance(v, list) or not v:
+        raise bad(name, "expected a non-empty list of token ids", "invalid_type")
+    return tuple(integer(f"{name}[{i}]", t, 0) for i, t in enumerate(v))
+
+
 def prompt_logprobs(name, v):
     """How many alternatives each prompt token's entry shows (0: only the token itself); true and false count
     as 1 and 0, as vLLM's lax integer does. vLLM's -1 (the whole vocabulary) is over its default max_logprobs,
     as here."""
     v = int(v) if isinstance(v, bool) else integer(name, v)
-    if not 0 <= v <= MAX_TOP:
-        raise bad(name, f"must be in 0..{MAX_TOP} (the alternatives served per token, vLLM's default "
+    if not 0 <= v <= MAX_TOP_LOGPROBS:
+        raise bad(name, f"must be in 0..{MAX_TOP_LOGPROBS} (the alternatives served per token, vLLM's default "
                   f"max_logprobs), got {show(v)}", "invalid_value")
     return v
 
@@ -58,6 +65,7 @@ FIELDS = {
     "guided_choice": choices, "guided_grammar": string, "structured_outputs": structured_outputs,
     "guided_decoding_backend": string,  # which library compiles the grammar: llguidance here, whatever is named
     "min_tokens": lambda name, v: integer(name, v, 0), "prompt_logprobs": prompt_logprobs,
+    "allowed_token_ids": allowed_token_ids,
     "include_stop_str_in_output": boolean, "return_tokens_as_token_ids": boolean, "add_special_tokens": boolean,
     "skip_special_tokens": only(True, "special tokens are always left out of the text here"),
     "spaces_between_special_tokens": only(True, "special tokens are always left out of the text here"),
@@ -92,6 +100,8 @@ def restated(values):
                   "invalid_value")
     if out.get("stream"):
         out.pop("prompt_logprobs", None)  # 0 asks for nothing a stream could carry: vLLM drops it too
+    if "allowed_token_ids" in out:
+        out["allowed_ids"] = out.pop("allowed_token_ids")  # SamplingParams' name
     guided = _guided(out)
     if guided is not None:
         out["guided"] = guided

@@ -142,6 +142,17 @@ def test_logit_bias_adds_and_bans():
     assert np.allclose(counts / 20_000, expected, atol=0.015)
 
 
+def test_allowed_ids_draw_from_those_tokens_renormalized_as_vllm_masks_the_rest():
+    params = SamplingParams(**dict(PLAIN, allowed_ids=(1, 3), seed=10))
+    counts = np.bincount(draws(params, LOGITS, 20_000), minlength=4)
+    assert counts[0] == counts[2] == 0
+    assert np.allclose(counts / 20_000, np.array([0.0, 0.3, 0.0, 0.05]) / 0.35, atol=0.015)
+    assert Sampler(SamplingParams(temperature=0.0, allowed_ids=(2, 3)), 4).sample(LOGITS) == 2  # greedy too
+    with pytest.raises(InvalidParameter) as err:
+        Sampler(SamplingParams(allowed_ids=(4,)), 4)
+    assert err.value.field == "allowed_ids"
+
+
 def test_everything_banned_degrades_to_the_greedy_raw_token():
     params = SamplingParams(logit_bias={0: -math.inf, 1: -math.inf})
     assert Sampler(params, 2).sample(np.array([0.5, 2.0], np.float32)) == 1

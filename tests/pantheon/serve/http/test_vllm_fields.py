@@ -2,6 +2,7 @@
 here but the client's expectations."""
 
 import json
+import math
 import re
 
 import pytest
@@ -176,3 +177,24 @@ def test_add_special_tokens_false_leaves_the_bos_off_a_text_prompt(served, refer
     chat = {"model": "llama", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
     assert call(served.port, "POST", "/v1/chat/completions", dict(chat, add_special_tokens=False))[0] == 200
     assert call(served.port, "POST", "/v1/chat/completions", dict(chat, add_special_tokens=True))[0] == 400
+
+
+def test_allowed_token_ids_are_all_the_answer_is_made_of(served, reference):
+    """A hot sampler (the die draws anywhere in the vocabulary) kept to three tokens; the logprobs stay the
+    model's own distribution (before the mask), so they are not renormalized to the three."""
+    allowed = [300, 301, 302]
+    got = answer(served, max_tokens=8, temperature=5.0, top_k=0, seed=3, allowed_token_ids=allowed, logprobs=0,
+                 return_tokens_as_token_ids=True, logit_bias={"2": -100})
+    ids = [int(t.removeprefix("token_id:")) for t in got["logprobs"]["tokens"]]
+    assert len(ids) == 8 and set(ids) <= set(allowed)
+    assert sum(math.exp(v) for v in got["logprobs"]["token_logprobs"]) < 8 * 0.9  # not the masked distribution
+    free = answer(served, max_tokens=8, temperature=5.0, top_k=0, seed=3, logprobs=0, return_tokens_as_token_ids=True,
+                  logit_bias={"2": -100})
+    assert not set(int(t.removeprefix("token_id:")) for t in free["logprobs"]["tokens"]) <= set(allowed)
+
+
+@pytest.mark.parametrize("value", [[], [10**6], [-1], "300", [1.5]])
+def test_a_bad_allowed_token_ids_is_a_400_naming_it(served, value):
+    status, _, out = call(served.port, "POST", "/v1/completions", {"model": "llama", "prompt": PROMPT,
+                                                                   "allowed_token_ids": value})
+    assert status == 400 and out["error"]["param"].startswith("allowed_token_ids"), out
