@@ -78,8 +78,9 @@ _OPTIONAL_REALS = ("top_n_sigma", "typical_p", "xtc_probability", "xtc_threshold
                    "dynatemp_exponent", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base")
 _OPTIONAL = _OPTIONAL_REALS + ("dry_allowed_length", "dry_penalty_last_n", "min_keep", "min_tokens")
 # ... then how many u32 words DRY's breakers take after the bias ids: per breaker its tail's length, head, tail
-# ... and how many allowed ids (vLLM's allowed_token_ids) follow the breakers
-_SAMPLERS = struct.Struct("<" + "d" * len(_OPTIONAL_REALS) + "q" * (len(_OPTIONAL) - len(_OPTIONAL_REALS)) + "II")
+# ... how many allowed ids (vLLM's allowed_token_ids) follow the breakers, and how many u32 words vLLM's bad_words
+# take after them (per word its length, then its ids)
+_SAMPLERS = struct.Struct("<" + "d" * len(_OPTIONAL_REALS) + "q" * (len(_OPTIONAL) - len(_OPTIONAL_REALS)) + "III")
 _FLAG_RANDOM_SEED = 1
 _FLAG_THINK = 2
 _FLAG_INFILL = 4
@@ -154,14 +155,16 @@ def encode_job(job):
     think = job.think_ids or (0, 0)
     grammar = job.grammar.encode("utf-8")
     breakers = [word for head, tail in p.dry_breakers for word in (len(tail), head, *tail)]
+    bad = [t for word in p.bad_words for t in (len(word), *word)]
     try:
         head = _ROUTE.pack(job.slot, job.n, job.session, prefix_key(job.prompt)) + _JOB.pack(
             job.max_tokens, p.top_k, p.repeat_last_n, job.reasoning_budget, p.seed or 0, p.temperature, p.top_p,
             p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty, *think, len(job.prompt),
             len(job.stop_ids), len(bias), flags, job.grammar_replay, len(grammar),
             -1 if job.logprobs is None else job.logprobs, -1 if job.prompt_logprobs is None else job.prompt_logprobs
-        ) + _SAMPLERS.pack(*(getattr(p, name) for name in _OPTIONAL), len(breakers), len(p.allowed_ids))
-        ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias), *breakers, *p.allowed_ids))
+        ) + _SAMPLERS.pack(*(getattr(p, name) for name in _OPTIONAL), len(breakers), len(p.allowed_ids), len(bad))
+        ids = array.array("I", (*job.prompt, *job.stop_ids, *(int(k) for k, _ in bias), *breakers, *p.allowed_ids,
+                                *bad))
     except (struct.error, OverflowError, TypeError) as e:
         raise InvalidParameter(f"a request value does not fit the wire format: {e}", None) from None
     return b"".join((head, ids.tobytes(), array.array("d", (float(v) for _, v in bias)).tobytes(), grammar))
@@ -198,14 +201,14 @@ def decode_job(body):
     (max_tokens, top_k, last_n, budget, seed, temperature, top_p, min_p, repeat, presence, frequency,
      t_open, t_close, n_prompt, n_stop, n_bias, flags, replay, n_grammar, logprobs, prompt_lp) = _JOB.unpack_from(
         body, _ROUTE.size)
-    *settings, n_dry, n_allowed = _SAMPLERS.unpack_from(body, _ROUTE.size + _JOB.size)
+    *settings, n_dry, n_allowed, n_bad = _SAMPLERS.unpack_from(body, _ROUTE.size + _JOB.size)
     start = _ROUTE.size + _JOB.size + _SAMPLERS.size
-    n_ids = n_prompt + n_stop + n_bias + n_dry + n_allowed
+    n_ids = n_prompt + n_stop + n_bias + n_dry + n_allowed + n_bad
     end_bias = start + n_ids * _U32 + n_bias * 8
     if end_bias + n_grammar != len(body):
         raise FrameError(f"SUBMIT body of {len(body)} bytes does not hold {n_prompt} prompt ids, {n_stop} stop "
-                         f"ids, {n_bias} biases, {n_dry} DRY words, {n_allowed} allowed ids and a {n_grammar}-byte "
-                         "grammar")
+                         f"ids, {n_bias} biases, {n_dry} DRY words, {n_allowed} allowed ids, {n_bad} bad-words "
+                         f"words and a {n_grammar}-byte grammar")
     ids = array.array("I", body[start:start + n_ids * _U32])
     values = array.array("d", body[start + n_ids * _U32:end_bias])
     try:
@@ -213,8 +216,7 @@ def decode_job(body):
     except UnicodeDecodeError:
         raise FrameError("SUBMIT grammar is not UTF-8") from None
     bias = dict(zip(ids[n_prompt + n_stop:n_prompt + n_stop + n_bias], values))
-    optional = dict(zip(_OPTIONAL, settings), dry_breakers=_breakers(ids[n_ids - n_allowed - n_dry:n_ids - n_allowed]),
-                    allowed_ids=tuple(ids[n_ids - n_allowed:]))
+    optional = dict(zip(_OPTIONAL, settings), **_id_lists(ids[n_ids - n_bad - n_allowed - n_dry:], n_dry, n_allowed))
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat,
                             repeat_last_n=last_n, presence_penalty=presence, frequency_penalty=frequency,
                             logit_bias=bias, seed=None if flags & _FLAG_RANDOM_SEED else seed,
@@ -223,6 +225,12 @@ def decode_job(body):
                route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
                None if logprobs < 0 else logprobs, route.n, _embed_of(flags), None if prompt_lp < 0 else prompt_lp,
                bool(flags & _FLAG_POST_SAMPLING))
+
+
+def _id_lists(words, n_dry, n_allowed):
+    """The sampler's id lists at the end of a SUBMIT's ids: DRY's breakers, allowed ids, then bad words."""
+    return {"dry_breakers": _breakers(words[:n_dry]), "allowed_ids": tuple(words[n_dry:n_dry + n_allowed]),
+            "bad_words": _words(words[n_dry + n_allowed:])}
 
 
 def _breakers(words):
@@ -234,6 +242,18 @@ def _breakers(words):
             raise FrameError(f"SUBMIT DRY breaker at word {at} claims a {size}-token tail past the end")
         out.append((words[at + 1], tuple(words[at + 2:at + 2 + size])))
         at += 2 + size
+    return tuple(out)
+
+
+def _words(words):
+    """vLLM's bad_words from their u32 words (length, ids ...)."""
+    out, at = [], 0
+    while at < len(words):
+        size = words[at]
+        if size == 0 or at + 1 + size > len(words):
+            raise FrameError(f"SUBMIT bad word at word {at} claims {size} tokens (none, or past the end)")
+        out.append(tuple(words[at + 1:at + 1 + size]))
+        at += 1 + size
     return tuple(out)
 
 

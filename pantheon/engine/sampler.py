@@ -39,6 +39,8 @@ class SamplingParams:
     min_tokens: vLLM's; the end tokens are banned until this many tokens were generated (the engine masks them).
     allowed_ids: vLLM's allowed_token_ids; only these tokens may be drawn (empty: every token), a mask before
     the bias.
+    bad_words: vLLM's; token-id sequences the answer may not make (the engine masks each one's last token while
+    the answer ends with the rest: pantheon.engine.bad_words).
     """
 
     temperature: float = 0.8
@@ -69,6 +71,7 @@ class SamplingParams:
     min_keep: int = 0
     min_tokens: int = 0
     allowed_ids: tuple = ()
+    bad_words: tuple = ()
 
     def __post_init__(self):
         bias = self.logit_bias
@@ -77,6 +80,7 @@ class SamplingParams:
         object.__setattr__(self, "logit_bias", MappingProxyType(dict(bias)))
         object.__setattr__(self, "dry_breakers", checks.breakers(self.dry_breakers))
         object.__setattr__(self, "allowed_ids", checks.token_ids(self.allowed_ids, "allowed_ids"))
+        object.__setattr__(self, "bad_words", checks.words(self.bad_words, "bad_words"))
         self.validate()
 
     def validate(self, n_vocab=None):
@@ -92,6 +96,7 @@ class SamplingParams:
         checks.check_bias(self.logit_bias, n_vocab)
         checks.check_breakers(self.dry_breakers, n_vocab)
         checks.check_breakers(((t, ()) for t in self.allowed_ids), n_vocab, "allowed_ids")
+        checks.check_breakers(((w[0], w[1:]) for w in self.bad_words), n_vocab, "bad_words")
         self._validate_optional()
         if self.seed is not None:
             checks.integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)

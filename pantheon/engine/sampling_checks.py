@@ -71,3 +71,14 @@ def check_breakers(breakers, n_vocab, name="dry_sequence_breakers"):
         for token in (head, *tail):
             if token < 0 or (n_vocab is not None and token >= n_vocab):
                 raise InvalidParameter(f"{name} token id {token} is outside [0, {n_vocab})", name)
+
+
+def words(value, name):
+    """Token-id sequences (a tuple of non-empty tuples of ids)."""
+    try:
+        out = tuple(tuple(operator.index(t) for t in word) for word in value)
+    except TypeError:
+        raise InvalidParameter(f"{name} must be sequences of token ids, got {value!r}"[:300], name) from None
+    if not all(out):
+        raise InvalidParameter(f"{name} must not hold an empty sequence", name)
+    return out

@@ -10,6 +10,7 @@ import numpy as np
 from pantheon.errors import ContextOverflow, EngineError
 from pantheon.engine.logprobs import MAX_TOP, TokenLogprob, token_logprob
 from pantheon.engine.sampled_probs import sample_scored
+from pantheon.engine.bad_words import banned_next
 from pantheon.engine.classifier import load_classifier
 from pantheon.engine.pooling import Pool
 from pantheon.engine.prefix import PrefixStore
@@ -371,6 +372,8 @@ class Engine:
                 logits = grammar.mask(logits)  # [n_vocab], -inf where the grammar forbids
             if len(seq.generated) < seq.sampler.params.min_tokens and seq.req.stop_ids:
                 logits = without(logits, seq.req.stop_ids)  # [n_vocab], min_tokens: no end yet
+            if seq.sampler.params.bad_words:
+                logits = without(logits, banned_next(seq.sampler.params.bad_words, seq.generated))  # [n_vocab]
             try:
                 tok, scored = self._sample(seq, logits, raw)
             except Exception as e:  # this request's problem only: the batch and the die carry on

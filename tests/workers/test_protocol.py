@@ -61,6 +61,7 @@ SAMPLING = {
     "min_keep": st.integers(0, INT32),
     "min_tokens": st.integers(0, INT32),
     "allowed_ids": st.lists(U32, max_size=8).map(tuple),
+    "bad_words": st.lists(st.lists(U32, min_size=1, max_size=4).map(tuple), max_size=5).map(tuple),
 }
 
 # Where each GenerationRequest field travels in a Job (the model by its slot, the session by its hash).

@@ -11,6 +11,7 @@ import pytest
 import pantheon
 from pantheon.engine.sampler import SamplingParams
 from pantheon.engine.scheduler import Engine, EngineConfig, Request, TokenEvent
+from pantheon.serve.http.completions import bad_word_ids
 from tests.conftest import shared_path
 from tests.pantheon.serve.http.test_logprobs import assert_vllm_prompt_logprobs, vllm_reference
 from tests.workers.serving import Server
@@ -98,6 +99,17 @@ def test_allowed_token_ids_cross_the_ring_to_the_dies_sampler(client):
                                                 "return_tokens_as_token_ids": True})
     ids = [int(t.removeprefix("token_id:")) for t in out.choices[0].logprobs.tokens]
     assert len(ids) == 6 and set(ids) <= set(allowed)
+
+
+def test_bad_words_cross_the_ring_to_the_dies_engine(client):
+    tokens, _ = reference(6)
+    tok = pantheon.open_model(str(shared_path("golden", "qwen2-q8_0.gguf")), threads=1).tokenizer
+    at = next(i for i, t in enumerate(tokens) if (t,) in bad_word_ids(tok, [tok.decode([t]).strip()]))
+    out = client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=6, temperature=0, logit_bias=NO_EOS,
+                                    logprobs=0, extra_body={"bad_words": [tok.decode([tokens[at]]).strip()],
+                                                            "return_tokens_as_token_ids": True})
+    ids = [int(t.removeprefix("token_id:")) for t in out.choices[0].logprobs.tokens]
+    assert ids[:at] == tokens[:at] and tokens[at] not in ids
 
 
 def test_a_list_of_prompts_over_the_rings(client):

@@ -56,7 +56,8 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     room = served.n_ctx - n
     wanted = {-1: room, None: default_max_tokens or room}.get(parsed.max_tokens, parsed.max_tokens)
     stops = frozenset(served.tokenizer.stop_ids) | _stop_tokens(parsed, served)  # (checks allowed_token_ids too)
-    sampling = SamplingParams(**_with_breakers(_banned_eos(parsed, served.tokenizer.stop_ids), parsed, served))
+    sampling = SamplingParams(**_with_breakers(_banned_eos(parsed, served.tokenizer.stop_ids), parsed, served),
+                              bad_words=bad_word_ids(served.tokenizer, parsed.bad_words))
     sampling.validate(served.tokenizer.n_vocab)
     runs, field = max(parsed.n, parsed.best_of), "n" if parsed.best_of <= parsed.n else "best_of"
     if runs > served.max_choices:
@@ -104,6 +105,17 @@ def _stop_tokens(parsed, served):
             raise RequestError(f"{name}: token id {outside[0]} is outside the vocabulary of "
                                f"{served.tokenizer.n_vocab} tokens", param=name, code="invalid_value")
     return frozenset(parsed.stop_token_ids)
+
+
+def bad_word_ids(tokenizer, words):
+    """vLLM's bad_words as token sequences: each word as the text begins with it, and as a later word (with a
+    space before it) when that tokenizes to other tokens of the same count (vLLM's rule)."""
+    out = []
+    for word in words:
+        alone = tuple(tokenizer.encode(word.lstrip(), add_special=False, parse_special=False))
+        spaced = tuple(tokenizer.encode(" " + word.lstrip(), add_special=False, parse_special=False))
+        out += [alone] + ([spaced] if spaced[:1] != alone[:1] and len(spaced) == len(alone) else [])
+    return tuple(w for w in out if w)
 
 
 def _with_breakers(sampling, parsed, served):

@@ -35,6 +35,19 @@ def allowed_token_ids(name, v):
     return tuple(integer(f"{name}[{i}]", t, 0) for i, t in enumerate(v))
 
 
+MAX_BAD_WORDS = 256
+
+
+def bad_words(name, v):
+    """vLLM's: words the answer may not make (each with a character besides spaces; tokenized per model)."""
+    if not isinstance(v, list) or len(v) > MAX_BAD_WORDS:
+        raise bad(name, f"expected a list of at most {MAX_BAD_WORDS} strings", "invalid_type")
+    for i, word in enumerate(v):
+        if not string(f"{name}[{i}]", word).strip():
+            raise bad(f"{name}[{i}]", "must hold a character besides spaces", "invalid_value")
+    return tuple(v)
+
+
 def prompt_logprobs(name, v):
     """How many alternatives each prompt token's entry shows (0: only the token itself); true and false count
     as 1 and 0, as vLLM's lax integer does. vLLM's -1 (the whole vocabulary) is over its default max_logprobs,
@@ -65,7 +78,7 @@ FIELDS = {
     "guided_choice": choices, "guided_grammar": string, "structured_outputs": structured_outputs,
     "guided_decoding_backend": string,  # which library compiles the grammar: llguidance here, whatever is named
     "min_tokens": lambda name, v: integer(name, v, 0), "prompt_logprobs": prompt_logprobs,
-    "allowed_token_ids": allowed_token_ids,
+    "allowed_token_ids": allowed_token_ids, "bad_words": bad_words,
     "include_stop_str_in_output": boolean, "return_tokens_as_token_ids": boolean, "add_special_tokens": boolean,
     "skip_special_tokens": only(True, "special tokens are always left out of the text here"),
     "spaces_between_special_tokens": only(True, "special tokens are always left out of the text here"),

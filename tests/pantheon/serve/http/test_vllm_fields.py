@@ -8,6 +8,7 @@ import re
 import pytest
 
 from pantheon.serve.http import validate, vllm_fields
+from pantheon.serve.http.completions import bad_word_ids
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.logprobs import TokenText
 from tests.pantheon.serve.http.server import call, greedy_ids
@@ -198,3 +199,22 @@ def test_a_bad_allowed_token_ids_is_a_400_naming_it(served, value):
     status, _, out = call(served.port, "POST", "/v1/completions", {"model": "llama", "prompt": PROMPT,
                                                                    "allowed_token_ids": value})
     assert status == 400 and out["error"]["param"].startswith("allowed_token_ids"), out
+
+
+def test_bad_words_keep_a_word_out_of_the_answer(served, reference):
+    """vLLM's tokenization of a word (as the text begins with it, and after a space) and its ban on the die."""
+    tok = served.backend.served("llama").tokenizer
+    free = greedy_ids(reference["llama"], PROMPT, 8, 256)
+    # the first whole word the model writes (a subword piece is not a word: vLLM's forms of it differ)
+    at = next(i for i, t in enumerate(free) if (t,) in bad_word_ids(tok, [tok.decode([t]).strip()]))
+    got = answer(served, max_tokens=8, logprobs=0, return_tokens_as_token_ids=True,
+                 bad_words=[tok.decode([free[at]]).strip()])
+    ids = [int(t.removeprefix("token_id:")) for t in got["logprobs"]["tokens"]]
+    assert ids[:at] == free[:at] and free[at] not in ids
+
+
+@pytest.mark.parametrize("value", [["  "], [""], "word", [5], ["x"] * 257])
+def test_a_bad_bad_words_is_a_400_naming_it(served, value):
+    status, _, out = call(served.port, "POST", "/v1/completions", {"model": "llama", "prompt": PROMPT,
+                                                                   "bad_words": value})
+    assert status == 400 and out["error"]["param"].startswith("bad_words"), out
