@@ -112,7 +112,7 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.add_route("/apply-template", ApplyTemplate(backend, options))
     app.add_route("/props", Props(backend))
     app.add_route("/slots", Slots(backend))
-    app.add_route("/tokenize", Tokenize(backend, body_limit))
+    app.add_route("/tokenize", Tokenize(backend, body_limit, prefill_assistant))
     app.add_route("/detokenize", Detokenize(backend, body_limit))
     app.add_route("/metrics", Metrics(backend))
     _add_ollama_routes(app, backend, options, body_limit, metrics)

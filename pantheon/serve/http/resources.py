@@ -66,15 +66,15 @@ class Tokenize:
     """llama-server's /tokenize: add_special defaults to false, parse_special to true; vLLM's with a `prompt`
     or `messages` body (pantheon.serve.http.vllm_tokenize)."""
 
-    def __init__(self, backend, body_limit):
-        self.backend, self.body_limit = backend, body_limit
+    def __init__(self, backend, body_limit, prefill_assistant=True):
+        self.backend, self.body_limit, self.prefill_assistant = backend, body_limit, prefill_assistant
 
     def on_post(self, req, resp):
         raw = json_body.read_json(req, self.body_limit)
         served = resolve(self.backend, vllm_tokenize.model_of(raw))
         req.context.model = served.name
         if vllm_tokenize.asks(raw):
-            resp.media = vllm_tokenize.tokenize(served, raw)
+            resp.media = vllm_tokenize.tokenize(served, raw, self.prefill_assistant)
             return
         body = validate.fields(raw, validate.TOKENIZE, ("content",))
         tok = served.tokenizer

@@ -22,14 +22,16 @@ def asks(body):
     return isinstance(body, dict) and "content" not in body and ("prompt" in body or "messages" in body)
 
 
-def tokenize(served, body):
+def tokenize(served, body, prefill_assistant=True):
     """vLLM's answer: the ids of the prompt (special tokens added unless add_special_tokens is false) or of the
-    rendered chat, their count, the context they must fit, and with return_token_strs the vocabulary's strings."""
+    rendered chat (as the chat route would run it: a final assistant message continued as chat_plan.final_prefill
+    says), their count, the context they must fit, and with return_token_strs the vocabulary's strings."""
     if "messages" in body:
         extras = validate.fields({k: body[k] for k in CHAT_EXTRAS if k in body}, CHAT_EXTRAS)
         parsed = validate.check({k: v for k, v in body.items() if k not in CHAT_EXTRAS}, validate.CHAT,
                                 ("messages",))
-        ids = chat_plan.prompt_ids(served, parsed)
+        parsed, prefill = chat_plan.final_prefill(parsed, prefill_assistant)
+        ids = chat_plan.prompt_ids(served, parsed, prefill)
     else:
         extras = validate.fields(body, PROMPT, ("prompt",))
         check_text_fits(served, extras["prompt"], "prompt")

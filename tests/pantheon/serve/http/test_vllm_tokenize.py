@@ -25,12 +25,14 @@ def test_a_prompt_is_tokenized_with_its_special_tokens_as_vllm_answers(qwen, tok
     assert status == 200 and text["prompt"] == text["content"] == tokenizer.decode(bare["tokens"])
 
 
-def test_a_chat_is_tokenized_as_the_chat_route_prompts_it(qwen):
-    status, _, out = call(qwen.port, "POST", "/tokenize", {"model": "qwen2", "messages": MESSAGES})
+@pytest.mark.parametrize("messages", [MESSAGES, MESSAGES + [{"role": "assistant", "content": "The colour"}]])
+def test_a_chat_is_tokenized_as_the_chat_route_prompts_it(qwen, messages):
+    """A final assistant message is counted as the chat route runs it: continued (the assistant prefill)."""
+    status, _, out = call(qwen.port, "POST", "/tokenize", {"model": "qwen2", "messages": messages})
     assert status == 200 and out["count"] == len(out["tokens"]), out
-    chat = call(qwen.port, "POST", "/v1/chat/completions", {"model": "qwen2", "messages": MESSAGES, "max_tokens": 1})
+    chat = call(qwen.port, "POST", "/v1/chat/completions", {"model": "qwen2", "messages": messages, "max_tokens": 1})
     assert out["count"] == chat[2]["usage"]["prompt_tokens"]
-    rendered = call(qwen.port, "POST", "/apply-template", {"messages": MESSAGES})[2]["prompt"]
+    rendered = call(qwen.port, "POST", "/apply-template", {"messages": messages})[2]["prompt"]
     assert call(qwen.port, "POST", "/detokenize", {"tokens": out["tokens"]})[2]["prompt"].endswith(rendered)
 
 
