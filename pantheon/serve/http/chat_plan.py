@@ -9,7 +9,7 @@ from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.errors import RequestError
 from pantheon.text import grammar as grammars
 from pantheon.text import tool_formats
-from pantheon.text.chat_output import THINK_OPEN, ChatOutput
+from pantheon.text.chat_output import THINK_CLOSE, THINK_OPEN, ChatOutput
 
 REASONING_FORMATS = ("auto", "deepseek", "none")
 
@@ -28,16 +28,25 @@ def plan(served, parsed, reasoning_format="auto", prefill=""):
     if prefill and prefix:
         raise RequestError("tool_choice: a forced tool call cannot follow an assistant prefill", param="tool_choice",
                            code="invalid_value")
+    thinking = not prefix and _thinking_after(text.rstrip().endswith(THINK_OPEN), prefill)
     text += prefill
     tools = parsed.tools if parsed.tools and parsed.tool_choice != "none" else None
     fmt = served.prompts.tool_format if tools else None
-    thinking = not prefix and text.rstrip().endswith(THINK_OPEN)
     named = parsed.tool_choice["function"]["name"] if tools and isinstance(parsed.tool_choice, dict) else None
     output = ChatOutput(fmt, (parsed.reasoning_format or reasoning_format) != "none", thinking,
                         parsed.parallel_tool_calls, prefix, named)
     grammar = (_call_grammar(fmt, tools, parsed.tool_choice) if prefix
                else format_grammar(parsed.response_format) or parsed.grammar)
     return ChatPlan(served.prompts.encode_chat(text + prefix), output, grammar)
+
+
+def _thinking_after(opened, prefill):
+    """Whether the reply starts inside a think block: the template opened one (`opened`) or the prefill did,
+    and the prefill did not close it (so a prefill that continues a thought keeps reasoning_content apart)."""
+    last_open, last_close = prefill.rfind(THINK_OPEN), prefill.rfind(THINK_CLOSE)
+    if last_open == last_close:  # neither in the prefill
+        return opened
+    return last_open > last_close
 
 
 def format_grammar(response_format):

@@ -108,3 +108,17 @@ def test_without_prefill_the_final_assistant_message_is_a_finished_turn(servers,
     forced = reply_of(off, {"messages": [ASK, STARTED], "continue_final_message": True,
                             "add_generation_prompt": False})  # a request still asks for it
     assert forced["usage"]["prompt_tokens"] == len(prompts.encode_chat(prompts.render([ASK]) + STARTED["content"]))
+
+
+def test_a_prefill_that_opens_a_thought_is_continued_as_reasoning(servers, prompts, greedy, engine_model):
+    """The reply starts inside the prefill's open think block: its text up to </think> is reasoning_content."""
+    on, _ = servers
+    thought = dict(STARTED, content="<think>\nLet me count")
+    ids = prompts.encode_chat(prompts.render([ASK]) + thought["content"])
+    want = engine_model.tokenizer.decode(greedy(ids, 5))
+    assert "</think>" not in want
+    message = reply_of(on, {"messages": [ASK, thought]})["choices"][0]["message"]
+    assert message.get("reasoning_content") == want and not message["content"]
+    closed = dict(STARTED, content="<think>\nTwo.</think>\n\nThe number is")
+    message = reply_of(on, {"messages": [ASK, closed]})["choices"][0]["message"]
+    assert not message.get("reasoning_content") and message["content"]  # closed in the prefill: an answer
