@@ -48,13 +48,19 @@ def test_nothing_after_a_match():
     assert m.push("axb") == "a" and m.push("more") == "" and m.flush() == ""
 
 
+def random_case(rng):
+    """(stop strings, pieces of a text) over a small alphabet, so that matches and near-matches are common."""
+    text = "".join(rng.choice("abc ") for _ in range(rng.randint(0, 30)))
+    stops = ["".join(rng.choice("abc ") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 4))]
+    cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 8))))
+    return stops, [text[i:j] for i, j in zip([0] + cuts, cuts + [len(text)])]
+
+
 def test_random_texts_match_the_reference_and_never_leak():
     rng = random.Random(5)
     for _ in range(400):
-        text = "".join(rng.choice("abc ") for _ in range(rng.randint(0, 30)))
-        stops = ["".join(rng.choice("abc ") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 4))]
-        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 8))))
-        pieces = [text[i:j] for i, j in zip([0] + cuts, cuts + [len(text)])]
+        stops, pieces = random_case(rng)
+        text = "".join(pieces)
         want = reference(stops, pieces)
         out, tail, _ = feed(stops, pieces)
         sent = ""
@@ -70,11 +76,9 @@ def test_with_include_the_text_ends_with_the_stop_string_it_matched():
     assert [m.push(p) for p in ["He", "llo ST", "O", "P rest"]] == ["He", "llo ", "", "STOP"] and m.flush() == ""
     rng = random.Random(9)
     for _ in range(400):
-        text = "".join(rng.choice("abc ") for _ in range(rng.randint(0, 30)))
-        stops = ["".join(rng.choice("abc ") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 4))]
-        cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 8))))
-        pieces = [text[i:j] for i, j in zip([0] + cuts, cuts + [len(text)])]
-        want, seen = "".join(pieces), ""
+        stops, pieces = random_case(rng)
+        text = want = "".join(pieces)
+        seen = ""
         for piece in pieces:
             seen += piece
             hits = [(seen.find(s), s) for s in stops if s in seen]
