@@ -95,9 +95,6 @@ def final_prefill(parsed, enabled=True):
     if len(messages) > 1 and messages[-2]["role"] == "assistant":
         raise RequestError("messages: cannot have 2 or more assistant messages at the end of the list (the last "
                            "one starts the reply)", param="messages", code="invalid_value")
-    if not any(m["role"] != "system" for m in messages[:-1]):
-        raise RequestError("messages: a conversation needs a user message before an assistant prefill",
-                           param="messages", code="invalid_value")
     return dataclasses.replace(parsed, messages=messages[:-1]), _flat(last.get("content")) or ""
 
 

@@ -24,6 +24,8 @@ def test_a_final_assistant_message_is_taken_off_as_the_start_of_the_reply():
     parts = dict(STARTED, content=[{"type": "text", "text": "The "}, {"type": "text", "text": "number"}])
     assert chat_plan.final_prefill(parsed([ASK, parts]))[1] == "The number"  # text parts joined, as llama-server
     assert chat_plan.final_prefill(parsed([ASK, dict(STARTED, content=None)])) == (parsed([ASK]), "")
+    system = {"role": "system", "content": "Be brief."}
+    assert chat_plan.final_prefill(parsed([system, STARTED])) == (parsed([system]), "The number is")  # as llama-server
 
 
 @pytest.mark.parametrize("messages, enabled", [
@@ -46,7 +48,6 @@ def test_continue_final_message_asks_for_it_whatever_the_server_says():
 
 @pytest.mark.parametrize("messages, fields, param", [
     ([ASK, STARTED, STARTED], {}, "messages"),  # llama-server's rule: one assistant message at the end
-    ([{"role": "system", "content": "Be brief."}, STARTED], {}, "messages"),  # nothing asked before it
     ([ASK], {"continue_final_message": True}, "continue_final_message"),  # nothing to continue
 ])
 def test_a_prefill_that_cannot_be_is_a_400_naming_the_field(messages, fields, param):
@@ -97,6 +98,17 @@ def test_the_reply_continues_the_final_assistant_message(servers, prompts, greed
     assert status == 200 and ollama["message"]["content"] == want
     status, _, applied = call(on.port, "POST", "/apply-template", {"messages": [ASK, STARTED]})
     assert status == 200 and applied["prompt"] == prompts.render([ASK]) + STARTED["content"]
+
+
+def test_a_prefill_after_only_a_system_message_is_rendered_as_llama_server_renders_it(servers, prompts):
+    """Nothing asked before it: the system turn, the assistant's turn opened, the prefill. With nothing at all
+    before it the template decides (Qwen2.5's reads messages[0]: a typed 400 naming messages)."""
+    on, _ = servers
+    system = {"role": "system", "content": "Be brief."}
+    status, _, applied = call(on.port, "POST", "/apply-template", {"messages": [system, STARTED]})
+    assert status == 200 and applied["prompt"] == prompts.render([system]) + STARTED["content"]
+    status, _, out = call(on.port, "POST", "/v1/chat/completions", {"model": "qwen2", "messages": [STARTED]})
+    assert status == 400 and out["error"]["param"] == "messages"
 
 
 def test_without_prefill_the_final_assistant_message_is_a_finished_turn(servers, prompts, greedy, engine_model):
