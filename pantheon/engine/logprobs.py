@@ -12,8 +12,8 @@ class TokenLogprob:
     """One token's log-probability under the model's distribution and the `k` likeliest tokens there.
 
     top: ((token id, logprob), ...) best first; ties go to the smaller id.
-    rank: how many tokens are at least as likely, itself included (vLLM's rank: 1 for the best); 0 where the
-    rank was not carried (the TOKENS frame of a sampled token leaves it out).
+    rank: how many tokens are at least as likely, itself included (vLLM's rank: 1 for the best); 0 where it
+    was not counted (only scored prompt tokens carry it, in the PROMPT_LOGPROBS frame).
     """
 
     token: int
@@ -30,10 +30,11 @@ def log_softmax(logits):
     return x - (peak + np.log(np.exp(finite - peak).sum()))  # [n_vocab]
 
 
-def token_logprob(logits, token, k):
-    """TokenLogprob of `token` with the `k` (0..MAX_TOP) best alternatives, from raw float32 logits."""
+def token_logprob(logits, token, k, ranked=False):
+    """TokenLogprob of `token` with the `k` (0..MAX_TOP) best alternatives, from raw float32 logits; `ranked`
+    also counts its rank (a vocabulary-wide pass that only a scored prompt token carries to the front)."""
     lp = log_softmax(logits)  # [n_vocab]
-    rank = int(np.count_nonzero(lp >= lp[token]))
+    rank = int(np.count_nonzero(lp >= lp[token])) if ranked else 0
     return TokenLogprob(int(token), float(lp[token]), _top(lp, k), rank)
 
 

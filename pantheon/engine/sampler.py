@@ -95,8 +95,8 @@ class SamplingParams:
         checks.real("frequency_penalty", self.frequency_penalty)
         checks.check_bias(self.logit_bias, n_vocab)
         checks.check_breakers(self.dry_breakers, n_vocab)
-        checks.check_breakers(((t, ()) for t in self.allowed_ids), n_vocab, "allowed_ids")
-        checks.check_breakers(((w[0], w[1:]) for w in self.bad_words), n_vocab, "bad_words")
+        checks.check_ids(self.allowed_ids, n_vocab, "allowed_ids")
+        checks.check_ids((t for word in self.bad_words for t in word), n_vocab, "bad_words")
         self._validate_optional()
         if self.seed is not None:
             checks.integer("seed", self.seed, low=0, high=_SEED_LIMIT - 1)

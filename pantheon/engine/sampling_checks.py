@@ -66,11 +66,16 @@ def token_ids(value, name):
         raise InvalidParameter(f"{name} must be token ids, got {value!r}"[:300], name) from None
 
 
-def check_breakers(breakers, n_vocab, name="dry_sequence_breakers"):
+def check_ids(ids, n_vocab, name):
+    """Every id inside the vocabulary (`n_vocab` None: only not negative)."""
+    for token in ids:
+        if token < 0 or (n_vocab is not None and token >= n_vocab):
+            raise InvalidParameter(f"{name} token id {token} is outside [0, {n_vocab})", name)
+
+
+def check_breakers(breakers, n_vocab):
     for head, tail in breakers:
-        for token in (head, *tail):
-            if token < 0 or (n_vocab is not None and token >= n_vocab):
-                raise InvalidParameter(f"{name} token id {token} is outside [0, {n_vocab})", name)
+        check_ids((head, *tail), n_vocab, "dry_sequence_breakers")
 
 
 def words(value, name):

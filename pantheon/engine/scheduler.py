@@ -349,7 +349,7 @@ class Engine:
         """The chunk's prompt tokens scored by the logits before each (rows [len(chunk), n_vocab] at
         positions pos..): each row predicts the next prompt token, the prompt's last row none."""
         prompt, start = seq.req.prompt, seq.pos + 1
-        scores = tuple(token_logprob(row, prompt[p], seq.req.prompt_logprobs)
+        scores = tuple(token_logprob(row, prompt[p], seq.req.prompt_logprobs, ranked=True)
                        for p, row in zip(range(start, len(prompt)), rows))
         return [PromptLogprobsEvent(seq.req.id, start, scores)] if scores else []
 

@@ -56,11 +56,11 @@ def test_top_alternatives_are_sorted_best_first_and_tie_to_the_smaller_id():
 
 def test_rank_counts_the_tokens_at_least_as_likely_as_vllm_does():
     x = np.array([1.0, 3.0, 3.0, -2.0, 0.5, -np.inf], np.float32)  # [6]
-    assert [token_logprob(x, t, 0).rank for t in range(6)] == [3, 2, 2, 5, 4, 6]  # a tie ranks both last of it
+    assert [token_logprob(x, t, 0, ranked=True).rank for t in range(6)] == [3, 2, 2, 5, 4, 6]  # a tie ranks both last of it
     rng = np.random.default_rng(3)
     x = rng.integers(-5, 5, 300).astype(np.float32)  # [300], many ties
     for t in rng.integers(0, 300, 20):
-        assert token_logprob(x, t, 3).rank == sum(1 for v in x.tolist() if v >= x[t])
+        assert token_logprob(x, t, 3, ranked=True).rank == sum(1 for v in x.tolist() if v >= x[t])
 
 
 def test_greedy_logprobs_equal_log_softmax_of_the_models_logits(golden):
