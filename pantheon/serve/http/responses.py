@@ -304,6 +304,7 @@ class Stored:
 
     def on_delete(self, req, resp, response_id):
         self._ask(response_id, "delete")
+        responses_background.stop_here(response_id)
         resp.media = {"id": response_id, "object": "response.deleted", "deleted": True}
 
     def on_get_items(self, req, resp, response_id):
@@ -316,6 +317,7 @@ class Stored:
         if not body.get("background"):
             raise RequestError(f"response {show(response_id)} cannot be cancelled: only background responses can be",
                                param="response_id", code="not_background")
+        responses_background.stop_here(response_id)
         resp.media = body
 
     def _ask(self, response_id, method, *args):

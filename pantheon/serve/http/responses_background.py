@@ -19,6 +19,7 @@ POLL_S = 0.25  # how often a background generation asks the store whether it was
 TAIL_S = 0.02  # how often a streamed background response's reader looks for events it has not sent
 TERMINAL = (b"response.completed", b"response.incomplete", b"response.failed")  # the events that settle one
 _END = object()
+_HERE = {}  # response id -> CancelPoll of each background generation this process runs (dict ops are atomic)
 SEQUENCE = re.compile(r"[0-9]{1,9}")  # starting_after: ASCII digits only ("²".isdigit() is true)
 _log = logging.getLogger(__name__)
 
@@ -56,13 +57,20 @@ class CancelPoll:
         self.store, self.response_id, self.gen = store, response_id, gen
         self.asked, self.gone, self.begun = 0.0, False, False
 
+    def stop(self):
+        """The response was cancelled or deleted through this process: gone at the next ask, without waiting
+        for the store's next reading (a flag the generating thread reads; it alone cancels its stream)."""
+        self.gone = True
+
     def __call__(self):
         now = time.monotonic()
+        if self.gone:
+            return True
         try:
             if not self.begun and self.gen.first_at is not None:
                 self.begun, self.asked = True, now
                 self.gone = not self.store.begin(self.response_id)
-            elif not self.gone and now - self.asked >= POLL_S:
+            elif now - self.asked >= POLL_S:
                 self.asked = now
                 self.gone = not self.store.pending(self.response_id)
         except StoreUnavailable:
@@ -81,10 +89,26 @@ def start(reply):
     except StoreUnavailable as exc:
         reply.gen.cancel()
         raise RequestError(str(exc), code="store_unavailable", status=503, type="server_error") from None
-    reply.gen.gone = CancelPoll(reply.store, reply.id, reply.gen)  # the HTTP request ends now; only a cancel stops it
+    reply.gen.gone = _HERE[reply.id] = CancelPoll(reply.store, reply.id, reply.gen)  # only a cancel stops it now
     run, args = (_run, (reply,)) if events is None else (_write, (reply, events))
-    threading.Thread(target=run, args=args, name=f"background-{reply.id}", daemon=True).start()
+    threading.Thread(target=_forgotten, args=(reply.id, run, args), name=f"background-{reply.id}",
+                     daemon=True).start()
     return queued if events is None else tail(reply.store, reply.id, -1)
+
+
+def stop_here(response_id):
+    """Stop the generation of a response this process runs (cancelled or deleted here); one run by another
+    front stops at its next reading of the store (CancelPoll)."""
+    poll = _HERE.get(response_id)
+    if poll is not None:
+        poll.stop()
+
+
+def _forgotten(response_id, run, args):
+    try:
+        run(*args)
+    finally:
+        _HERE.pop(response_id, None)
 
 
 def _keep(reply, queued):

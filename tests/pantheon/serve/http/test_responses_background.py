@@ -5,6 +5,7 @@ import http.client
 import json
 import os
 import time
+import types
 
 import openai
 import pytest
@@ -14,10 +15,13 @@ from pantheon.serve.response_store import MissingResponse, ResponseStore
 from tests.pantheon.serve.http.server import call, stored_served
 
 
+LONG = 1800  # tokens of a generation that is cancelled: seconds of work (400 of them take 0.3 s on a 2-core VM)
+
+
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory):
-    """qwen2 under Qwen2.5's template, with a store and one generation slot."""
-    server = stored_served(tmp_path_factory.mktemp("store"), max_concurrent=1)
+    """qwen2 under Qwen2.5's template, with a store, one generation slot and room for LONG tokens."""
+    server = stored_served(tmp_path_factory.mktemp("store"), n_ctx=2048, max_concurrent=1)
     yield server
     server.close()
 
@@ -53,7 +57,7 @@ def test_a_background_response_is_queued_then_polled_to_the_foreground_answer(cl
 
 def test_cancel_stops_the_generation_and_the_response_stays_cancelled(kept, client):
     assert_idle(kept)
-    running = client.responses.create(model="qwen2", input="Tell a long story.", max_output_tokens=400,
+    running = client.responses.create(model="qwen2", input="Tell a long story.", max_output_tokens=LONG,
                                       temperature=0, background=True)
     stats = lambda: kept.backend.stats()["qwen2"]
     assert_running(kept)
@@ -103,7 +107,7 @@ def test_a_response_is_queued_while_it_waits_and_in_progress_once_it_generates(k
 
 
 def test_a_pending_response_cannot_be_continued(kept, client):
-    running = client.responses.create(model="qwen2", input="Count.", max_output_tokens=400, temperature=0,
+    running = client.responses.create(model="qwen2", input="Count.", max_output_tokens=LONG, temperature=0,
                                       background=True)
     assert_running(kept)
     with pytest.raises(openai.BadRequestError) as err:
@@ -150,6 +154,32 @@ def test_a_pending_response_whose_generator_died_reads_as_failed(tmp_path):
     assert not store.pending("resp_alive") and not store.settle("resp_alive", {"status": "late"})
     assert not store.begin("resp_alive") and not store.begin("resp_never")
     assert store.get("resp_alive")["status"] == "completed"
+
+
+def test_a_cancel_through_the_generating_process_stops_it_without_waiting_for_the_store(tmp_path, monkeypatch):
+    """The store is read at most every POLL_S; a cancel or delete made in the process that runs the generation
+    stops it at its next token instead (another front's still waits for the store's next reading)."""
+    store = ResponseStore(tmp_path / "responses.sqlite", 1 << 20)
+    store.put("resp_here", None, {"id": "resp_here", "status": "queued", "background": True}, [], owner=os.getpid())
+    gen = types.SimpleNamespace(first_at=None)
+    poll = responses_background._HERE["resp_here"] = responses_background.CancelPoll(store, "resp_here", gen)
+    monkeypatch.setattr(responses_background, "POLL_S", 3600.0)  # the store is not read again in this test
+    assert poll() is False and store.pending("resp_here")
+    responses_background.stop_here("resp_other")
+    assert poll() is False
+    responses_background.stop_here("resp_here")
+    assert poll() is True and store.pending("resp_here")  # the store was not what said so
+    responses_background._HERE.pop("resp_here")
+
+
+def test_a_background_generation_is_forgotten_by_its_process_once_it_ends(kept, client):
+    assert_idle(kept)
+    done = poll(client, client.responses.create(model="qwen2", input="Hi", max_output_tokens=2, temperature=0,
+                                                background=True).id)
+    deadline = time.monotonic() + 5
+    while done.id in responses_background._HERE:
+        assert time.monotonic() < deadline, "an ended background generation is still listed"
+        time.sleep(0.01)
 
 
 def test_a_background_request_the_store_cannot_hold_is_refused_and_starts_nothing(tmp_path):
@@ -222,7 +252,7 @@ def test_a_dropped_stream_goes_on_generating_and_is_resumed_where_it_broke(kept,
 def test_cancel_ends_a_streamed_background_response_and_its_readers(kept, client):
     assert_idle(kept)
     response_id, _ = text_events(kept.port, "/v1/responses", dict(model="qwen2", input="Count.", background=True,
-                                                                   stream=True, max_output_tokens=400), limit=4)
+                                                                   stream=True, max_output_tokens=LONG), limit=4)
     assert_running(kept)
     assert client.responses.cancel(response_id).status == "cancelled"
     _, tail = text_events(kept.port, f"/v1/responses/{response_id}?stream=true")  # ends: nothing more comes
