@@ -87,7 +87,7 @@ _FLAG_INFILL = 4
 _EMBED_SHIFT = 3  # flag bits 3-5: 0 a generation, else 1 + the kind's index in EMBED_KINDS
 _MIROSTAT_SHIFT = 6  # flag bits 6-7: the mirostat version (0 off)
 _FLAG_POST_SAMPLING = 256
-_DONE = struct.Struct("<BBHIII")  # reason, final, choice, prompt, cached, completion tokens
+_DONE = struct.Struct("<BBHIIIi")  # reason, final, choice, prompt, cached, completion tokens, stop token (-1)
 _TOKEN = struct.Struct("<IHI")  # token id, choice, prompt tokens served from a cache
 _CHOICE = struct.Struct("<H")
 _SCORE = struct.Struct("<dI")  # TOKENS after the token id: its logprob, then how many alternatives follow
@@ -297,19 +297,23 @@ def decode_token(body):
     return token, TokenLogprob(token, logprob, top), choice, cached
 
 
-def encode_done(reason, prompt_tokens, cached_tokens, completion_tokens, choice=0, final=True):
-    """DONE body: how choice `choice` ended; `final` on the request's last (every choice has ended)."""
-    return _DONE.pack(REASONS.index(reason), bool(final), choice, prompt_tokens, cached_tokens, completion_tokens)
+def encode_done(reason, prompt_tokens, cached_tokens, completion_tokens, choice=0, final=True, stop_token=-1):
+    """DONE body: how choice `choice` ended (and on which end token, -1 if none); `final` on the request's last
+    (every choice has ended)."""
+    return _DONE.pack(REASONS.index(reason), bool(final), choice, prompt_tokens, cached_tokens, completion_tokens,
+                      stop_token)
 
 
 def decode_done(body):
     """(Finished, final) of a DONE body."""
     if len(body) != _DONE.size:
         raise FrameError(f"DONE body of {len(body)} bytes, expected {_DONE.size}")
-    reason, final, choice, prompt, cached, completion = _DONE.unpack(body)
+    reason, final, choice, prompt, cached, completion, stop_token = _DONE.unpack(body)
     if reason >= len(REASONS):
         raise FrameError(f"DONE reason {reason} unknown")
-    return Finished(REASONS[reason], prompt, cached, completion, choice), bool(final)
+    if stop_token < -1:
+        raise FrameError(f"DONE stop token {stop_token} is not a token id")
+    return Finished(REASONS[reason], prompt, cached, completion, choice, stop_token), bool(final)
 
 
 def encode_prompt_scores(scores):

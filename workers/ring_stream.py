@@ -238,7 +238,8 @@ class RingStream:
         if done.choice < len(attempt.choices) and attempt.choices[done.choice] not in self.finished:
             c = attempt.choices[done.choice]
             self.finished.add(c)
-            yield Finished(done.reason, len(self.job.prompt), done.cached_tokens, len(self.sent[c]), c)
+            yield Finished(done.reason, len(self.job.prompt), done.cached_tokens, len(self.sent[c]), c,
+                           done.stop_token)
         if final:
             yield from self._end(attempt.choices, "abort")  # a choice the die never reported (it ended unstarted)
 

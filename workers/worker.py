@@ -194,7 +194,7 @@ class DieWorker:
                 self._release(ev.id)
                 continue
             body = protocol.encode_done(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens,
-                                        ev.choice, ev.final)
+                                        ev.choice, ev.final, ev.stop_token)
             out.send(Kind.DONE, ev.id, ev.completion_tokens, body, timeout=5.0)
             if not ev.final:
                 continue  # other choices of the request still run: its place on the die is not free yet

@@ -98,6 +98,7 @@ class DoneEvent:
     message: str = ""
     choice: int = 0
     final: bool = True  # the request's last DoneEvent (every choice has ended); "error" ends them all
+    stop_token: int = -1  # the end token that stopped the choice ("stop" on a token), else -1
 
 
 def _thinking_at_end(prompt, think_ids):
@@ -148,9 +149,9 @@ class _Sequence:
             return list(chunk), self.pos + len(chunk) == len(self.req.prompt)
         return [self.generated[-1]], True
 
-    def done_event(self, reason, message="", final=True):
+    def done_event(self, reason, message="", final=True, stop_token=-1):
         return DoneEvent(self.req.id, reason, len(self.req.prompt), self.cached, len(self.generated), message,
-                         self.choice, final)
+                         self.choice, final, stop_token)
 
 
 def _classifier(model):
@@ -384,7 +385,7 @@ class Engine:
         else:
             scored = None
         if tok in seq.req.stop_ids:
-            return self._finish(seq, "stop")
+            return self._finish(seq, "stop", stop_token=tok)
         seq.track(tok)
         seq.generated.append(tok)
         events = [TokenEvent(seq.req.id, tok, len(seq.generated) - 1, scored, seq.choice, seq.cached)]
@@ -406,14 +407,14 @@ class Engine:
         tok = seq.sampler.sample(logits, history)
         return tok, None if k is None else token_logprob(raw, tok, k)
 
-    def _finish(self, seq, reason, message=""):
+    def _finish(self, seq, reason, message="", stop_token=-1):
         """DoneEvents of `seq` (and of choices it had not started yet); the request's last is final."""
         del self.running[seq.key]
         if reason == "error":
             return self._fail_request(seq, message)
         if seq.choice == 0:  # n choices share their prompt: one kept cache serves it
             self.store.put(seq.cache, seq.req.session)
-        events = [seq.done_event(reason, final=False)]
+        events = [seq.done_event(reason, final=False, stop_token=stop_token)]
         events += [DoneEvent(seq.req.id, reason, len(seq.req.prompt), seq.cached, 0, "", i, False)
                    for i in range(1, seq.forks + 1)]
         final = not any(k[0] == seq.req.id for k in self.running)

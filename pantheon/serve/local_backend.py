@@ -220,7 +220,7 @@ class _Runner:
                 stream.events.put(GenerationFailed(ev.message or "generation failed"))
             else:
                 stream.events.put(Finished(ev.reason, ev.prompt_tokens, ev.cached_tokens, ev.completion_tokens,
-                                           ev.choice))
+                                           ev.choice, ev.stop_token))
             if ev.final:
                 del active[ev.id]
                 self._finished(stream.started, ev.reason, stream.request.n)

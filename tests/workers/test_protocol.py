@@ -208,8 +208,13 @@ def test_done_accepted_and_slot_bodies():
     assert protocol.decode_done(protocol.encode_done("length", 10, 4, 20)) == (Finished("length", 10, 4, 20), True)
     assert protocol.decode_done(protocol.encode_done("stop", 10, 4, 2, choice=3, final=False)) == (
         Finished("stop", 10, 4, 2, choice=3), False)
-    with pytest.raises(FrameError):
-        protocol.decode_done(b"\x07" + b"\0" * 15)
+    assert protocol.decode_done(protocol.encode_done("stop", 10, 0, 2, stop_token=151645)) == (
+        Finished("stop", 10, 0, 2, stop_token=151645), True)
+    good = protocol.encode_done("stop", 1, 0, 1)
+    with pytest.raises(FrameError, match="reason 7"):
+        protocol.decode_done(b"\x07" + good[1:])
+    with pytest.raises(FrameError, match="stop token -2"):
+        protocol.decode_done(good[:-4] + struct.pack("<i", -2))
     with pytest.raises(FrameError):
         protocol.decode_done(protocol.encode_done("stop", 1, 0, 1)[:-1])
     assert protocol.decode_accepted(protocol.encode_accepted(protocol.QUEUED)) == protocol.QUEUED

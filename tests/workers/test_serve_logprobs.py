@@ -112,6 +112,15 @@ def test_bad_words_cross_the_ring_to_the_dies_engine(client):
     assert ids[:at] == tokens[:at] and tokens[at] not in ids
 
 
+def test_the_stop_token_crosses_the_ring_as_vllms_stop_reason(client):
+    tokens, _ = reference(6)
+    stop = next(t for t in tokens[2:] if t not in tokens[:2])
+    out = client.completions.create(model="qwen2", prompt=PROMPT, max_tokens=6, temperature=0, logit_bias=NO_EOS,
+                                    extra_body={"stop_token_ids": [stop]})
+    assert (out.choices[0].finish_reason, out.choices[0].stop_reason) == ("stop", stop)
+    assert out.usage.completion_tokens == tokens.index(stop)
+
+
 def test_a_list_of_prompts_over_the_rings(client):
     prompts = [PROMPT, "Once upon a time"]
     out = client.completions.create(model="qwen2", prompt=prompts, max_tokens=3, temperature=0, logit_bias=NO_EOS,

@@ -158,6 +158,7 @@ class Finished:
     cached_tokens: int
     completion_tokens: int
     choice: int = 0  # a stream of n choices ends after n Finished, one per choice
+    stop_token: int = -1  # the end token that stopped the choice (not in the text), else -1
 
 
 class Stream(Protocol):

@@ -35,6 +35,18 @@ class Choice:
             return "tool_calls"
         return self.gen.finish_reason
 
+    @property
+    def stop_reason(self):
+        """vLLM's: the stop string that ended the choice, or the end token it stopped on unless that is the
+        model's EOS (null for EOS, a length cut or an abort)."""
+        gen = self.gen
+        if gen.finish_reason != "stop":
+            return None
+        if gen.stops.matched is not None:
+            return gen.stops.matched
+        eos = getattr(gen.detok.tokenizer, "eos_id", None)
+        return gen.stop_token if gen.stop_token >= 0 and gen.stop_token != eos else None
+
     def message(self):
         """A chat choice's reply (content, reasoning_content, tool_calls); its generation runs to the end here."""
         self.output.push("".join(self.gen.pieces()))
@@ -91,6 +103,7 @@ def whole(env, choice):
         choice.output.finish()
         message = choice.output.message()
     out = env.choice(text, choice.reason, message, choice.index, choice.logprobs(env.chat))
+    out["stop_reason"] = choice.stop_reason
     if choice.prompt_k is not None and not env.chat:  # a chat response carries them once, beside its choices
         out["prompt_logprobs"] = choice.vllm_prompt_logprobs()
     return out
@@ -116,6 +129,7 @@ def chunks(env, choice):
     yield from _scored_echo(env, choice)
     if choice.gen.finish_reason != "abort":
         last = env.chunk(None if chat else "", choice.reason, index=i, logprobs=choice.new_logprobs(chat))
+        last["choices"][0]["stop_reason"] = choice.stop_reason
         if not env.include_usage:  # as llama-server: the timings ride the usage chunk when there is one
             last["timings"] = timings.final([choice.gen])
         yield last

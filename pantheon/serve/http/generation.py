@@ -31,6 +31,7 @@ class Generation:
         self.started = time.perf_counter() if started is None else started
         self.watch, self.predict_limit, self.min_tokens = watch, predict_limit, min_tokens
         self.finish_reason = None
+        self.stop_token = -1  # the end token that stopped it (finish_reason "stop" without a stop string)
         self.usage = usage()
         self.tokens = 0
         self.token_ids = []  # every generated id, for llama-server's return_tokens
@@ -164,8 +165,11 @@ class Generation:
     def _finish(self, event):
         if event.reason == "abort":
             raise GenerationFailed("the generation was aborted by the server")
-        text = self._gate(self.stops.push(self.detok.flush()) + self.stops.flush())
+        end = self.detok.push(event.stop_token) if self.stops.include and event.stop_token >= 0 else ""
+        text = self._gate(self.stops.push(end + self.detok.flush()) + self.stops.flush())
         self.finish_reason = "stop" if self.stops.matched is not None else event.reason
+        if self.stops.matched is None:
+            self.stop_token = event.stop_token
         if self._indent_cut:
             self.finish_reason = "length"
         self._account(event, event.completion_tokens)

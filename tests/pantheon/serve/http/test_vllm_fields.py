@@ -116,6 +116,30 @@ def test_stop_token_ids_end_the_answer_before_that_token(served, reference):
     assert status == 400 and out["error"]["param"] == "stop_token_ids"
 
 
+def test_stop_reason_names_the_stop_token_or_string_and_include_stop_str_in_output_shows_a_stop_tokens_text(
+        served, reference):
+    """vLLM's stop_reason: the stop_token_ids id (its text ends the answer with include_stop_str_in_output),
+    the stop string, or null for the model's EOS and a length cut; the last stream chunk carries it."""
+    tokens = greedy_ids(reference["llama"], PROMPT, 8, 256)
+    tok = served.backend.served("llama").tokenizer
+    stop = next(t for t in tokens[2:] if t not in tokens[:2])
+    cut = tokens[:tokens.index(stop)]
+    assert answer(served, stop_token_ids=[stop])["stop_reason"] == stop
+    shown = answer(served, stop_token_ids=[stop], include_stop_str_in_output=True)
+    assert (shown["text"], shown["stop_reason"]) == (tok.decode(cut + [stop]), stop)
+    assert tok.decode(cut + [stop]) != tok.decode(cut)
+    text = tok.decode(tokens)
+    assert answer(served, stop=[text[3:5]])["stop_reason"] == text[3:5]
+    eos = answer(served, logit_bias={"2": 1000}, stop_token_ids=[2], include_stop_str_in_output=True)
+    assert (eos["text"], eos["finish_reason"], eos["stop_reason"]) == ("", "stop", None)
+    assert answer(served)["stop_reason"] is None
+    status, _, streamed = call(served.port, "POST", "/v1/chat/completions", {
+        "model": "llama", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "temperature": 0,
+        "logit_bias": {str(stop): 1000}, "stop_token_ids": [stop], "stream": True})
+    chunks = [json.loads(b[6:]) for b in streamed.split("\n\n") if b.startswith("data: {")]
+    assert status == 200 and chunks[-1]["choices"][0]["stop_reason"] == stop, chunks[-1]
+
+
 def test_min_tokens_holds_off_the_end_token_and_the_stop_strings(served, reference):
     """The end token made the certain pick ends the answer at once, or after min_tokens tokens; a stop string
     that the first token completes is not looked for until min_tokens tokens were made."""
