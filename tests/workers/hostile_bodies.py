@@ -65,7 +65,8 @@ chat = st.fixed_dictionaries(
     {"messages": field(st.lists(message, min_size=1, max_size=3)), "max_tokens": MAX_TOKENS},
     optional=dict(every_field(validate.CHAT, dict(SAMPLING, max_completion_tokens=field(st.integers(1, 4)),
                                                   n_predict=N_PREDICT, add_generation_prompt=field(st.booleans()),
-                                                  continue_final_message=field(st.booleans())),
+                                                  continue_final_message=field(st.booleans()),
+                                                  echo=field(st.booleans())),
                               ("messages", "max_tokens")), extra=junk))
 tokenize = st.fixed_dictionaries({"content": field(st.text(max_size=40))},
                                  optional={"model": field(st.just("m")), "add_special": junk,

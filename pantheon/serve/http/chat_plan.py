@@ -98,6 +98,14 @@ def final_prefill(parsed, enabled=True):
     return dataclasses.replace(parsed, messages=messages[:-1]), _flat(last.get("content")) or ""
 
 
+def echoed(parsed):
+    """vLLM's chat echo: the final message's text leads the reply when that message is the assistant's (the
+    reply's role; the reply continues it or follows it); '' otherwise."""
+    if not (parsed.echo and parsed.messages and parsed.messages[-1]["role"] == "assistant"):
+        return ""
+    return _flat(parsed.messages[-1].get("content")) or ""
+
+
 def prompt_text(served, parsed):
     """(rendered conversation, forced call opener to append) — also what /apply-template answers."""
     prompts = served.prompts

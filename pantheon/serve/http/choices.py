@@ -95,14 +95,17 @@ class Choice:
 
 
 def whole(env, choice):
-    """The non-streaming choice object (its generation runs to the end here)."""
-    text = choice.echo + "".join(choice.gen.pieces())
+    """The non-streaming choice object (its generation runs to the end here); an echo leads the text, or a
+    chat reply's content (past its parser, as vLLM prepends it)."""
+    text = "".join(choice.gen.pieces())
     message = None
     if choice.output is not None:
         choice.output.push(text)
         choice.output.finish()
         message = choice.output.message()
-    out = env.choice(text, choice.reason, message, choice.index, choice.logprobs(env.chat))
+        if choice.echo:
+            message = dict(message, content=choice.echo + (message.get("content") or ""))
+    out = env.choice(choice.echo + text, choice.reason, message, choice.index, choice.logprobs(env.chat))
     out["stop_reason"] = choice.stop_reason
     if choice.prompt_k is not None and not env.chat:  # a chat response carries them once, beside its choices
         out["prompt_logprobs"] = choice.vllm_prompt_logprobs()

@@ -73,8 +73,13 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
 def _prompt_scored(parsed):
     """The alternatives each prompt token is scored with: the most that echo with logprobs or vLLM's
     prompt_logprobs shows (each trims its own); None when neither asks."""
-    asked = [k for k in (parsed.logprobs if parsed.echo else None, parsed.prompt_logprobs) if k is not None]
+    asked = [k for k in (_echo_scored(parsed), parsed.prompt_logprobs) if k is not None]
     return max(asked, default=None)
+
+
+def _echo_scored(parsed):
+    """The alternatives an echoed completion prompt's tokens show (a chat echo is text only, as vLLM's)."""
+    return parsed.logprobs if parsed.echo and parsed.messages is None else None
 
 
 def _scoring(parsed, ids):
@@ -82,7 +87,7 @@ def _scoring(parsed, ids):
     if _prompt_scored(parsed) is None:
         return {}
     return {"prompt_ids": tuple(ids), "prompt_k": parsed.prompt_logprobs,
-            "echo_k": parsed.logprobs if parsed.echo else None}
+            "echo_k": _echo_scored(parsed)}
 
 
 def _post_sampling(parsed, sampling):
@@ -264,10 +269,11 @@ class ChatCompletions(_GenerateResource):
     def prepare(self, served, parsed, prefill=None):
         """The prompt and the parser that splits the reply into content, reasoning and tool calls; `prefill`
         starts the reply (see chat_plan.plan); None: a final assistant message's text does (final_prefill)."""
+        echo = chat_plan.echoed(parsed)
         if prefill is None:
             parsed, prefill = chat_plan.final_prefill(parsed, self.options.prefill_assistant)
         plan = chat_plan.plan(served, parsed, self.options.reasoning_format, prefill)
-        return [Plan(plan.ids, plan.output, plan.grammar)]
+        return [Plan(plan.ids, plan.output, plan.grammar, echo)]
 
 
 class Completions(_GenerateResource):

@@ -38,7 +38,7 @@ class Parsed:
     reasoning_format: Optional[str] = None  # None: the server's --reasoning-format
     template_kwargs: dict = field(default_factory=dict)
     response_format: Optional[dict] = None
-    echo: bool = False  # completions: the prompt's text leads the answer
+    echo: bool = False  # completions: the prompt's text leads the answer; chat (vLLM's): see chat_plan.echoed
     suffix: Optional[str] = None  # completions: text after the gap; the prompt is filled in the middle
     stop_token_ids: tuple = ()  # vLLM's: token ids that end the answer, besides the model's own
     logprobs: Optional[int] = None  # None: no logprobs; k: each token's logprob and its k best alternatives

@@ -87,7 +87,7 @@ FIELDS = {
     "priority": only(0, "request priorities are not supported (admission is first come, first served)"),
     "truncate_prompt_tokens": only(None, "a prompt is never cut here: one that does not fit is a 400"),
 }
-CHAT_FIELDS = dict(FIELDS, add_generation_prompt=boolean, continue_final_message=boolean,
+CHAT_FIELDS = dict(FIELDS, add_generation_prompt=boolean, continue_final_message=boolean, echo=boolean,
                    add_special_tokens=only(False, "the chat template writes the special tokens (vLLM's default)"))
 
 

@@ -1,6 +1,8 @@
 """A chat's final assistant message starts the reply (llama-server's assistant prefill, vLLM's
 continue_final_message), or is a finished turn (--no-prefill-assistant)."""
 
+import json
+
 import pytest
 
 from pantheon.serve.http import chat_plan, validate
@@ -134,3 +136,31 @@ def test_a_prefill_that_opens_a_thought_is_continued_as_reasoning(servers, promp
     closed = dict(STARTED, content="<think>\nTwo.</think>\n\nThe number is")
     message = reply_of(on, {"messages": [ASK, closed]})["choices"][0]["message"]
     assert not message.get("reasoning_content") and message["content"]  # closed in the prefill: an answer
+
+
+def test_vllms_chat_echo_leads_the_reply_with_the_final_assistant_message(servers, prompts, greedy, engine_model):
+    """echo true: the continued (or, without prefill, followed) assistant message's text leads the content,
+    whole and streamed, past the reply's parser; a final user message is not echoed (vLLM's role rule)."""
+    on, off = servers
+    want = engine_model.tokenizer.decode(greedy(prompts.encode_chat(prompts.render([ASK]) + STARTED["content"]), 5))
+    for body in ({"messages": [ASK, STARTED]},
+                 {"messages": [ASK, STARTED], "continue_final_message": True, "add_generation_prompt": False}):
+        echoed = reply_of(on, dict(body, echo=True))["choices"][0]["message"]["content"]
+        assert echoed == STARTED["content"] + want
+    status, _, streamed = call(on.port, "POST", "/v1/chat/completions", {
+        "model": "qwen2", "messages": [ASK, STARTED], "max_tokens": 5, "temperature": 0, "echo": True,
+        "stream": True, "n": 2})
+    chunks = [json.loads(b[6:]) for b in streamed.split("\n\n") if b.startswith("data: {")]
+    for i in (0, 1):
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                       if c["choices"] and c["choices"][0]["index"] == i)
+        assert status == 200 and text == STARTED["content"] + want
+    after = engine_model.tokenizer.decode(greedy(prompts.encode_chat(prompts.render([ASK, STARTED])), 5))
+    assert reply_of(off, {"messages": [ASK, STARTED], "echo": True})["choices"][0]["message"]["content"] == \
+        STARTED["content"] + after
+    alone = reply_of(on, {"messages": [ASK]})["choices"][0]["message"]["content"]
+    assert reply_of(on, {"messages": [ASK], "echo": True, "logprobs": True})["choices"][0]["message"]["content"] \
+        == alone
+    status, _, out = call(on.port, "POST", "/v1/chat/completions", {"model": "qwen2", "messages": [ASK],
+                                                                   "echo": "yes"})
+    assert status == 400 and out["error"]["param"] == "echo"
