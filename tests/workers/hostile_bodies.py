@@ -42,6 +42,7 @@ SAMPLING = {
     "n": field(st.just(1)), "model": field(st.just("m")), "prompt_logprobs": field(st.integers(-2, 22)),
     "allowed_token_ids": field(st.lists(st.integers(-2, 70000), max_size=4)),
     "bad_words": field(st.lists(st.text(max_size=6), max_size=4)),
+    "truncate_prompt_tokens": field(st.integers(-2, 300)),
 }
 # max_tokens stays small when valid (the fuzz is about refusals, not long generations); so does
 # n_predict, which wins over it: its -1 and large counts would run each case to the end of the context
@@ -86,7 +87,8 @@ embed_input = field(st.one_of(st.text(max_size=20), st.lists(st.integers(-5, 500
                                        max_size=3)))
 embed = st.fixed_dictionaries({"input": embed_input}, optional=dict(every_field(
     embeddings.OPENAI, {"model": field(st.just("m")), "dimensions": field(st.integers(-2, 300)),
-                        "encoding_format": field(st.sampled_from(["float", "base64"]))}, ("input",)), extra=junk))
+                        "encoding_format": field(st.sampled_from(["float", "base64"])),
+                        "truncate_prompt_tokens": field(st.integers(-2, 300))}, ("input",)), extra=junk))
 native_embed = st.fixed_dictionaries({"content": embed_input}, optional=dict(every_field(
     embeddings.NATIVE, {"model": field(st.just("m")), "embd_normalize": field(st.integers(-3, 4))}, ("content",)),
     extra=junk))

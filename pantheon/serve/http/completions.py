@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from pantheon.serve.http import best_of, chat_plan, choices, json_body, sse, timings, validate
+from pantheon.serve.http import best_of, chat_plan, choices, json_body, sse, timings, truncation, validate
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.backend import BackendError, ContextOverBudget, GenerationRequest, UnknownModel
 from pantheon.serve.http.disconnect import DisconnectWatch, disconnect_check
@@ -68,6 +68,11 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling, stops, session, grammar=grammar,
                              logprobs=scored, n=runs, prompt_logprobs=_prompt_scored(parsed),
                              reasoning_budget=parsed.reasoning_budget, post_sampling=_post_sampling(parsed, sampling))
+
+
+def _room(parsed):
+    """The tokens a prompt cut to the context leaves to generate: max_tokens when it is given."""
+    return parsed.max_tokens if parsed.max_tokens is not None and parsed.max_tokens > 0 else 1
 
 
 def _prompt_scored(parsed):
@@ -269,11 +274,11 @@ class ChatCompletions(_GenerateResource):
     def prepare(self, served, parsed, prefill=None):
         """The prompt and the parser that splits the reply into content, reasoning and tool calls; `prefill`
         starts the reply (see chat_plan.plan); None: a final assistant message's text does (final_prefill)."""
-        echo = chat_plan.echoed(parsed)
+        echo, keep = chat_plan.echoed(parsed), truncation.limit(served, parsed.truncate, _room(parsed))
         if prefill is None:
             parsed, prefill = chat_plan.final_prefill(parsed, self.options.prefill_assistant)
         plan = chat_plan.plan(served, parsed, self.options.reasoning_format, prefill)
-        return [Plan(plan.ids, plan.output, plan.grammar, echo)]
+        return [Plan(truncation.last(plan.ids, keep), plan.output, plan.grammar, echo)]
 
 
 class Completions(_GenerateResource):
@@ -285,13 +290,20 @@ class Completions(_GenerateResource):
         /infill build it)."""
         if parsed.suffix is not None:
             return [Plan(self.fill_ids(served, p, parsed), grammar=parsed.grammar) for p in parsed.prompt]
-        return [Plan(self.prompt_ids(served, p, parsed.add_special), grammar=parsed.grammar,
-                     echo=self.echo_text(served, p) if parsed.echo else "") for p in parsed.prompt]
+        keep = truncation.limit(served, parsed.truncate, _room(parsed))
+        plans = []
+        for p in parsed.prompt:
+            ids = self.prompt_ids(served, p, parsed.add_special, keep)
+            whole = keep is None or len(ids) < keep  # fewer tokens than kept: none were cut
+            echo = "" if not parsed.echo else self.echo_text(served, p if whole else ids)
+            plans.append(Plan(ids, grammar=parsed.grammar, echo=echo))
+        return plans
 
     @staticmethod
     def fill_ids(served, prompt, parsed):
-        if parsed.echo:
-            raise RequestError("suffix: echo and suffix do not combine (the answer goes in the middle)",
+        if parsed.echo or parsed.truncate is not None:
+            field = "echo" if parsed.echo else "truncate_prompt_tokens"
+            raise RequestError(f"suffix: {field} and suffix do not combine (the answer goes in the middle)",
                                param="suffix", code="invalid_value")
         if not isinstance(prompt, str):
             raise RequestError("suffix: the prompt must be text to fill a gap after it", param="prompt",
@@ -304,12 +316,14 @@ class Completions(_GenerateResource):
         """The prompt as text: as sent, or its token ids decoded."""
         return prompt if isinstance(prompt, str) else served.tokenizer.decode(prompt)
 
-    def prompt_ids(self, served, prompt, add_special=True):
+    def prompt_ids(self, served, prompt, add_special=True, keep=None):
+        """The prompt's ids, its last `keep` when that many are asked for (vLLM's truncate_prompt_tokens)."""
         if isinstance(prompt, str):
-            check_text_fits(served, prompt, "the prompt")
-            ids = served.prompts.raw(prompt, add_special)
+            text = prompt if keep is None else truncation.last_text(served, prompt, keep)
+            check_text_fits(served, text, "the prompt")
+            ids = truncation.last(served.prompts.raw(text, add_special), keep)
         else:
-            ids = prompt
+            ids = truncation.last(prompt, keep)
             if len(ids) >= served.n_ctx:
                 return ids  # generation_request refuses it by its length; skip the per-id scan
             bad = [t for t in ids if not 0 <= t < served.tokenizer.n_vocab]

@@ -6,7 +6,7 @@ from collections import deque
 import numpy as np
 
 from pantheon.engine.sampler import SamplingParams
-from pantheon.serve.http import json_body, validate
+from pantheon.serve.http import json_body, truncation, validate
 from pantheon.serve.http.backend import ContextOverBudget, Embedding, GenerationFailed, GenerationRequest
 from pantheon.serve.http.budget import check_text_fits
 from pantheon.serve.http.completions import resolve
@@ -45,7 +45,7 @@ def _normalize(name, v):
 
 
 OPENAI = {"model": string, "input": _inputs, "encoding_format": _encoding, "dimensions": positive,
-          "user": string, "embd_normalize": _normalize}
+          "user": string, "embd_normalize": _normalize, "truncate_prompt_tokens": truncation.field}
 NATIVE = {"model": string, "content": _inputs, "input": _inputs, "embd_normalize": _normalize}
 
 
@@ -79,16 +79,13 @@ def pooling(served, per_token=False):
     return kind
 
 
-def token_lists(served, inputs, name):
+def token_lists(served, inputs, name, keep=None):
     """Each input's token ids: text as llama-server tokenizes it for embeddings (with the model's BOS
-    and EOS, special tokens parsed), ids range-checked; every list must fit the context."""
-    tok, out = served.tokenizer, []
+    and EOS, special tokens parsed), ids range-checked; every list must fit the context. `keep` (vLLM's
+    truncate_prompt_tokens): each input keeps its first that many tokens (a text its special ones too)."""
+    out = []
     for i, item in enumerate(inputs):
-        if isinstance(item, str):
-            check_text_fits(served, item, f"{name}[{i}]")
-            item = tok.encode(item, add_special=True, parse_special=True)
-        elif not all(0 <= t < tok.n_vocab for t in item):
-            raise bad(f"{name}[{i}]", f"a token id is outside the vocabulary of {tok.n_vocab} tokens", "invalid_value")
+        item = _ids(served, item, f"{name}[{i}]", keep)
         if not item:
             raise bad(f"{name}[{i}]", "has no tokens", "invalid_value")
         if len(item) >= served.n_ctx:
@@ -96,6 +93,20 @@ def token_lists(served, inputs, name):
                                     f"{served.n_ctx - 1} (its context is {served.n_ctx})", len(item), served.n_ctx)
         out.append(list(item))
     return out
+
+
+def _ids(served, item, where, keep):
+    """One input's ids (its first `keep` when asked)."""
+    tok = served.tokenizer
+    if isinstance(item, str) and keep is not None:
+        return truncation.first_ids(tok, truncation.first_text(served, item, keep), keep)
+    if isinstance(item, str):
+        check_text_fits(served, item, where)
+        return tok.encode(item, add_special=True, parse_special=True)
+    item = item if keep is None else item[:keep]
+    if not all(0 <= t < tok.n_vocab for t in item):
+        raise bad(where, f"a token id is outside the vocabulary of {tok.n_vocab} tokens", "invalid_value")
+    return item
 
 
 def embed_all(backend, served, lists, kind):
@@ -143,7 +154,7 @@ class _Route:
         served = resolve(self.backend, body.get("model"))
         req.context.model = served.name
         kind = pooling(served, self.per_token)
-        lists = token_lists(served, body[name], name)
+        lists = token_lists(served, body[name], name, truncation.limit(served, body.get("truncate_prompt_tokens")))
         vectors = embed_all(self.backend, served, lists, kind)
         if self.recorder is not None:
             self.recorder.tokens(served.name, sum(len(ids) for ids in lists), 0)

@@ -58,6 +58,7 @@ class Parsed:
     tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: logprobs' tokens read "token_id:N"
     add_special: bool = True  # vLLM's add_special_tokens: a text completion prompt starts with BOS (per metadata)
     bad_words: tuple = ()  # vLLM's: words the answer may not make (tokenized per model: completions.bad_word_ids)
+    truncate: Optional[int] = None  # vLLM's truncate_prompt_tokens: the prompt keeps its last tokens (truncation)
 
 
 
@@ -403,4 +404,5 @@ def _parsed(values):
                   prompt_logprobs=values.get("prompt_logprobs"), continue_final=values.get("continue_final", False),
                   include_stop=values.get("include_stop_str_in_output", False),
                   tokens_as_ids=values.get("return_tokens_as_token_ids", False),
+                  truncate=values.get("truncate_prompt_tokens"),
                   add_special=values.get("add_special_tokens", True), bad_words=values.get("bad_words", ()))

@@ -2,6 +2,7 @@
 
 import json
 
+from pantheon.serve.http import truncation
 from pantheon.serve.http.field_types import (MAX_TOP_LOGPROBS, bad, boolean, divisor, integer, known_object, only,
                                              show, string)
 
@@ -85,7 +86,7 @@ FIELDS = {
     "use_beam_search": only(False, "beam search is not supported"),
     "length_penalty": only(1.0, "length_penalty applies to beam search, which is not supported"),
     "priority": only(0, "request priorities are not supported (admission is first come, first served)"),
-    "truncate_prompt_tokens": only(None, "a prompt is never cut here: one that does not fit is a 400"),
+    "truncate_prompt_tokens": truncation.field,
 }
 CHAT_FIELDS = dict(FIELDS, add_generation_prompt=boolean, continue_final_message=boolean, echo=boolean,
                    add_special_tokens=only(False, "the chat template writes the special tokens (vLLM's default)"))

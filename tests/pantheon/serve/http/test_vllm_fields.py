@@ -61,7 +61,7 @@ def test_a_bad_or_conflicting_vllm_field_is_a_400_naming_it(fields, param):
 @pytest.mark.parametrize("name, neutral, other", [
     ("skip_special_tokens", True, False),
     ("spaces_between_special_tokens", True, False), ("use_beam_search", False, True), ("length_penalty", 1.0, 0.5),
-    ("priority", 0, 3), ("truncate_prompt_tokens", None, 10)])
+    ("priority", 0, 3)])
 def test_fields_run_only_at_their_neutral_value_are_refused_otherwise(name, neutral, other):
     completion(**{name: neutral})
     err = refused(**{name: other})
