@@ -239,7 +239,7 @@ class _GenerateResource:
                     gen = Generation(stream, served.tokenizer, parsed.stop, disconnect_check(req.env),
                                      self.options.recorder, served.name, started, self.options.watch,
                                      parsed.predict_limit, parsed.min_indent, parsed.sampling.get("min_tokens", 0),
-                                     parsed.include_stop)
+                                     parsed.include_stop, not parsed.skip_special)
                     output = plan.output if k == 0 else copy.deepcopy(plan.output)  # a parser per choice
                     picks.append(choices.Choice(i * request.n + k, gen, output, plan.echo, spell,
                                                 **_scoring(parsed, plan.ids)))

@@ -20,13 +20,14 @@ class Generation:
     ("length") before the first later line indented less (see IndentLimit). `min_tokens` (vLLM's): the stop
     strings are not looked for in the text of the first that many tokens, only in what ends after it (the engine
     holds the end tokens off as long). `include_stop` (vLLM's include_stop_str_in_output): the text ends with the
-    stop string that ended it.
+    stop string that ended it. `special` (vLLM's skip_special_tokens false): control tokens' text is written.
     """
 
     def __init__(self, stream, tokenizer, stops=(), gone=None, recorder=None, model="",
-                 started=None, watch=None, predict_limit=None, min_indent=0, min_tokens=0, include_stop=False):
+                 started=None, watch=None, predict_limit=None, min_indent=0, min_tokens=0, include_stop=False,
+                 special=False):
         self.stream, self.gone, self.recorder, self.model = stream, gone, recorder, model
-        self.detok, self.stops = Detokenizer(tokenizer), StopMatcher(stops, include_stop)
+        self.detok, self.stops = Detokenizer(tokenizer, special), StopMatcher(stops, include_stop)
         self.indent = IndentLimit(min_indent) if min_indent > 0 else None
         self.started = time.perf_counter() if started is None else started
         self.watch, self.predict_limit, self.min_tokens = watch, predict_limit, min_tokens

@@ -59,6 +59,7 @@ class Parsed:
     add_special: bool = True  # vLLM's add_special_tokens: a text completion prompt starts with BOS (per metadata)
     bad_words: tuple = ()  # vLLM's: words the answer may not make (tokenized per model: completions.bad_word_ids)
     truncate: Optional[int] = None  # vLLM's truncate_prompt_tokens: the prompt keeps its last tokens (truncation)
+    skip_special: bool = True  # vLLM's skip_special_tokens: false writes control tokens' text into the answer
 
 
 
@@ -404,5 +405,5 @@ def _parsed(values):
                   prompt_logprobs=values.get("prompt_logprobs"), continue_final=values.get("continue_final", False),
                   include_stop=values.get("include_stop_str_in_output", False),
                   tokens_as_ids=values.get("return_tokens_as_token_ids", False),
-                  truncate=values.get("truncate_prompt_tokens"),
+                  truncate=values.get("truncate_prompt_tokens"), skip_special=values.get("skip_special_tokens", True),
                   add_special=values.get("add_special_tokens", True), bad_words=values.get("bad_words", ()))

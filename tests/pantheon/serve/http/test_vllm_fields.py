@@ -59,7 +59,6 @@ def test_a_bad_or_conflicting_vllm_field_is_a_400_naming_it(fields, param):
 
 
 @pytest.mark.parametrize("name, neutral, other", [
-    ("skip_special_tokens", True, False),
     ("spaces_between_special_tokens", True, False), ("use_beam_search", False, True), ("length_penalty", 1.0, 0.5),
     ("priority", 0, 3)])
 def test_fields_run_only_at_their_neutral_value_are_refused_otherwise(name, neutral, other):
@@ -138,6 +137,25 @@ def test_stop_reason_names_the_stop_token_or_string_and_include_stop_str_in_outp
         "logit_bias": {str(stop): 1000}, "stop_token_ids": [stop], "stream": True})
     chunks = [json.loads(b[6:]) for b in streamed.split("\n\n") if b.startswith("data: {")]
     assert status == 200 and chunks[-1]["choices"][0]["stop_reason"] == stop, chunks[-1]
+
+
+def test_skip_special_tokens_false_writes_control_tokens_text(served):
+    """BOS made the certain pick: its text is left out, as always, unless skip_special_tokens is false (then
+    it is in the answer, whole, streamed and in chat content, as the vocabulary spells it)."""
+    forced = {"logit_bias": {"1": 1000}, "max_tokens": 3}
+    spelled = served.backend.served("llama").tokenizer.decode([1, 1, 1], special=True)
+    assert spelled == "<s>" * 3
+    assert answer(served, **forced)["text"] == ""
+    assert answer(served, **forced, skip_special_tokens=False)["text"] == spelled
+    status, _, streamed = call(served.port, "POST", "/v1/completions", dict(
+        {"model": "llama", "prompt": PROMPT, "temperature": 0, "stream": True, "skip_special_tokens": False},
+        **forced))
+    chunks = [json.loads(b[6:]) for b in streamed.split("\n\n") if b.startswith("data: {")]
+    assert status == 200 and "".join(c["choices"][0]["text"] for c in chunks) == spelled
+    status, _, chat = call(served.port, "POST", "/v1/chat/completions", dict(
+        {"model": "llama", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0,
+         "skip_special_tokens": False}, **forced))
+    assert status == 200 and chat["choices"][0]["message"]["content"] == spelled, chat
 
 
 def test_min_tokens_holds_off_the_end_token_and_the_stop_strings(served, reference):
