@@ -67,7 +67,10 @@ chat = st.fixed_dictionaries(
     optional=dict(every_field(validate.CHAT, dict(SAMPLING, max_completion_tokens=field(st.integers(1, 4)),
                                                   n_predict=N_PREDICT, add_generation_prompt=field(st.booleans()),
                                                   continue_final_message=field(st.booleans()),
-                                                  echo=field(st.booleans())),
+                                                  echo=field(st.booleans()),
+                                                  documents=field(st.lists(st.dictionaries(
+                                                      st.text(max_size=5), st.text(max_size=10), max_size=2),
+                                                      max_size=2))),
                               ("messages", "max_tokens")), extra=junk))
 tokenize = st.fixed_dictionaries({"content": field(st.text(max_size=40))},
                                  optional={"model": field(st.just("m")), "add_special": junk,

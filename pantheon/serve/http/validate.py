@@ -377,9 +377,10 @@ def _breaker_texts(values):
 
 
 def _template_variables(values):
-    """chat_template_kwargs, with reasoning_effort as a template variable unless the kwargs set it."""
-    effort = {"reasoning_effort": values["reasoning_effort"]} if "reasoning_effort" in values else {}
-    return {**effort, **values.get("chat_template_kwargs", {})}
+    """chat_template_kwargs, with reasoning_effort and vLLM's documents as template variables unless the kwargs
+    set them."""
+    named = {k: values[k] for k in ("reasoning_effort", "documents") if k in values}
+    return {**named, **values.get("chat_template_kwargs", {})}
 
 
 def _parsed(values):

@@ -49,6 +49,18 @@ def bad_words(name, v):
     return tuple(v)
 
 
+def documents(name, v):
+    """vLLM's: documents for a RAG chat template (its `documents` variable), each an object of strings."""
+    if not isinstance(v, list):
+        raise bad(name, "expected a list of documents, each an object of strings (such as title and text)")
+    for i, doc in enumerate(v):
+        if not isinstance(doc, dict):
+            raise bad(f"{name}[{i}]", f"expected an object of strings, got {show(doc)}")
+        for key, text in doc.items():
+            string(f"{name}[{i}].{key}", text)
+    return v
+
+
 def prompt_logprobs(name, v):
     """How many alternatives each prompt token's entry shows (0: only the token itself); true and false count
     as 1 and 0, as vLLM's lax integer does. vLLM's -1 (the whole vocabulary) is over its default max_logprobs,
@@ -89,6 +101,7 @@ FIELDS = {
     "truncate_prompt_tokens": truncation.field,
 }
 CHAT_FIELDS = dict(FIELDS, add_generation_prompt=boolean, continue_final_message=boolean, echo=boolean,
+                   documents=documents,
                    add_special_tokens=only(False, "the chat template writes the special tokens (vLLM's default)"))
 
 

@@ -94,7 +94,7 @@ def test_a_response_is_queued_while_it_waits_and_in_progress_once_it_generates(k
     (queued); each reading of the second is checked against a reading of the first made after it."""
     assert_idle(kept)
     kw = dict(model="qwen2", temperature=0, background=True)
-    first = client.responses.create(input="Tell a long story.", max_output_tokens=150, **kw)
+    first = client.responses.create(input="Tell a long story.", max_output_tokens=600, **kw)
     second = client.responses.create(input="Hi", max_output_tokens=4, **kw)
     seen, deadline = [], time.monotonic() + 60
     while not seen or seen[-1][1] in ("queued", "in_progress"):

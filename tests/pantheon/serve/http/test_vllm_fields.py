@@ -11,7 +11,8 @@ from pantheon.serve.http import validate, vllm_fields
 from pantheon.serve.http.completions import bad_word_ids
 from pantheon.serve.http.errors import RequestError
 from pantheon.serve.http.logprobs import TokenText
-from tests.pantheon.serve.http.server import call, greedy_ids
+from tests.conftest import shared_path
+from tests.pantheon.serve.http.server import Served, call, greedy_ids, open_models
 
 PROMPT = [1, 300, 301, 302, 303]  # token ids: the same prompt for both golden models
 
@@ -260,3 +261,24 @@ def test_a_bad_bad_words_is_a_400_naming_it(served, value):
     status, _, out = call(served.port, "POST", "/v1/completions", {"model": "llama", "prompt": PROMPT,
                                                                    "bad_words": value})
     assert status == 400 and out["error"]["param"].startswith("bad_words"), out
+
+
+def test_documents_reach_the_chat_template_as_its_documents_variable():
+    """Granite 3.3's template writes each document as a document turn; the kwargs' own documents win."""
+    template = shared_path("templates", "ibm-granite-granite-3.3-2B-Instruct.jinja").read_text()
+    server = Served(open_models(("qwen2",)), chat_templates={"qwen2": template})
+    docs = [{"doc_id": "7", "text": "The moon is made of basalt."}]
+    ask = {"messages": [{"role": "user", "content": "What is the moon made of?"}]}
+    try:
+        bodies = {"plain": {}, "field": {"documents": docs}, "kwargs": {"chat_template_kwargs": {"documents": docs}},
+                  "both": {"documents": [{"doc_id": "1", "text": "x"}], "chat_template_kwargs": {"documents": docs}}}
+        prompt = {name: call(server.port, "POST", "/apply-template", dict(ask, **extra))[2]["prompt"]
+                  for name, extra in bodies.items()}
+        status, _, out = call(server.port, "POST", "/v1/chat/completions", dict(
+            ask, model="qwen2", max_tokens=1, documents=[{"doc_id": 1}]))
+    finally:
+        server.close()
+    turn = '<|start_of_role|>document {"document_id": "7"}<|end_of_role|>\nThe moon is made of basalt.<|end_of_text|>'
+    assert turn in prompt["field"] and turn not in prompt["plain"]
+    assert prompt["field"] == prompt["kwargs"] == prompt["both"]
+    assert status == 400 and out["error"]["param"] == "documents[0].doc_id", out
