@@ -43,6 +43,7 @@ SAMPLING = {
     "allowed_token_ids": field(st.lists(st.integers(-2, 70000), max_size=4)),
     "bad_words": field(st.lists(st.text(max_size=6), max_size=4)),
     "truncate_prompt_tokens": field(st.integers(-2, 300)), "skip_special_tokens": field(st.booleans()),
+    "return_token_ids": field(st.booleans()),
 }
 # max_tokens stays small when valid (the fuzz is about refusals, not long generations); so does
 # n_predict, which wins over it: its -1 and large counts would run each case to the end of the context

@@ -25,8 +25,11 @@ class Choice:
     prompt_ids: tuple = ()  # the prompt, when its tokens are scored (echo with logprobs, vLLM's prompt_logprobs)
     echo_k: Optional[int] = None  # with echo and logprobs: the alternatives the echoed prompt's tokens show
     prompt_k: Optional[int] = None  # vLLM's prompt_logprobs: the alternatives its entries show
+    return_ids: bool = False  # vLLM's return_token_ids: the prompt's ids and the generated ones are shown
     _sent: int = field(default=0, repr=False)  # scores already sent in stream chunks
     _echoed: bool = field(default=False, repr=False)  # the scored echo went out in a stream chunk
+    _ids_sent: int = field(default=0, repr=False)  # generated ids already sent in stream chunks
+    _prompt_sent: bool = field(default=False, repr=False)  # the prompt's ids went out in a stream chunk
 
     @property
     def reason(self):
@@ -46,6 +49,16 @@ class Choice:
             return gen.stops.matched
         eos = getattr(gen.detok.tokenizer, "eos_id", None)
         return gen.stop_token if gen.stop_token >= 0 and gen.stop_token != eos else None
+
+    def token_ids(self):
+        """vLLM's token_ids: the ids generated, the end token that stopped the answer included."""
+        return list(self.gen.token_ids) + ([self.gen.stop_token] if self.gen.stop_token >= 0 else [])
+
+    def new_token_ids(self):
+        """The generated ids not yet sent in a stream chunk."""
+        ids = self.token_ids()
+        new, self._ids_sent = ids[self._ids_sent:], len(ids)
+        return new
 
     def message(self):
         """A chat choice's reply (content, reasoning_content, tool_calls); its generation runs to the end here."""
@@ -107,6 +120,10 @@ def whole(env, choice):
             message = dict(message, content=choice.echo + (message.get("content") or ""))
     out = env.choice(choice.echo + text, choice.reason, message, choice.index, choice.logprobs(env.chat))
     out["stop_reason"] = choice.stop_reason
+    if choice.return_ids:
+        out["token_ids"] = choice.token_ids()
+        if not env.chat:  # a chat response carries them once, beside its choices
+            out["prompt_token_ids"] = list(choice.prompt_ids)
     if choice.prompt_k is not None and not env.chat:  # a chat response carries them once, beside its choices
         out["prompt_logprobs"] = choice.vllm_prompt_logprobs()
     return out
@@ -116,23 +133,24 @@ def chunks(env, choice):
     """Stream chunks of one choice, its finish chunk last (none when it was aborted)."""
     chat, i = env.chat, choice.index
     if chat:
-        yield env.chunk("", role="assistant", index=i)
+        yield _with_ids(env, choice, env.chunk("", role="assistant", index=i))
     if choice.echo and choice.echo_k is None:
-        yield env.chunk(choice.echo, index=i)
+        yield _with_ids(env, choice, env.chunk(choice.echo, index=i))
     for text in choice.gen.pieces():
         yield from _scored_echo(env, choice)
         if choice.output is None:
-            yield _timed(env, choice, env.chunk(text, index=i, logprobs=choice.new_logprobs(chat)))
+            yield _dressed(env, choice, env.chunk(text, index=i, logprobs=choice.new_logprobs(chat)))
             continue
         for delta in choice.output.push(text):
-            yield _timed(env, choice, env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat)))
+            yield _dressed(env, choice, env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat)))
     if choice.output is not None:
         for delta in choice.output.finish():
-            yield _timed(env, choice, env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat)))
+            yield _dressed(env, choice, env.delta_chunk(delta, index=i, logprobs=choice.new_logprobs(chat)))
     yield from _scored_echo(env, choice)
     if choice.gen.finish_reason != "abort":
         last = env.chunk(None if chat else "", choice.reason, index=i, logprobs=choice.new_logprobs(chat))
         last["choices"][0]["stop_reason"] = choice.stop_reason
+        _with_ids(env, choice, last)
         if not env.include_usage:  # as llama-server: the timings ride the usage chunk when there is one
             last["timings"] = timings.final([choice.gen])
         yield last
@@ -143,13 +161,26 @@ def _scored_echo(env, choice):
     the end (the die scores the prompt before its first token, so by then every score has come)."""
     if choice.echo_k is not None and not choice._echoed:
         choice._echoed = True
-        yield env.chunk(choice.echo, index=choice.index, logprobs=choice.echo_logprobs())
+        yield _with_ids(env, choice, env.chunk(choice.echo, index=choice.index, logprobs=choice.echo_logprobs()))
 
 
-def _timed(env, choice, chunk):
-    """With llama-server's timings_per_token, a chunk carries its choice's timings so far."""
+def _dressed(env, choice, chunk):
+    """A text chunk with its choice's timings so far (llama-server's timings_per_token) and its ids (below)."""
     if env.timings_per_token:
         chunk["timings"] = timings.partial(choice.gen)
+    return _with_ids(env, choice, chunk)
+
+
+def _with_ids(env, choice, chunk):
+    """With vLLM's return_token_ids, a chunk carries the ids generated since the last one, and a choice's first
+    chunk its prompt's (a chat's beside the choices, as vLLM's first chunk)."""
+    if not choice.return_ids:
+        return chunk
+    entry = chunk["choices"][0]
+    if not choice._prompt_sent:
+        choice._prompt_sent = True
+        (chunk if env.chat else entry)["prompt_token_ids"] = list(choice.prompt_ids)
+    entry["token_ids"] = choice.new_token_ids()
     return chunk
 
 

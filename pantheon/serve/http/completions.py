@@ -88,11 +88,12 @@ def _echo_scored(parsed):
 
 
 def _scoring(parsed, ids):
-    """A choice's fields for its scored prompt: the ids, and what echo and vLLM's prompt_logprobs show of them."""
+    """A choice's fields for its prompt: the ids (when scored, or shown: vLLM's return_token_ids), and what echo
+    and vLLM's prompt_logprobs show of them."""
+    out = {"prompt_ids": tuple(ids), "return_ids": True} if parsed.return_ids else {}
     if _prompt_scored(parsed) is None:
-        return {}
-    return {"prompt_ids": tuple(ids), "prompt_k": parsed.prompt_logprobs,
-            "echo_k": _echo_scored(parsed)}
+        return out
+    return dict(out, prompt_ids=tuple(ids), prompt_k=parsed.prompt_logprobs, echo_k=_echo_scored(parsed))
 
 
 def _post_sampling(parsed, sampling):
@@ -216,6 +217,8 @@ class _GenerateResource:
                               timings=timings.final(c.gen for c in picks))
             if self.chat and parsed.prompt_logprobs is not None:  # vLLM's: the one prompt's, beside the choices
                 resp.media["prompt_logprobs"] = picks[0].vllm_prompt_logprobs()
+            if self.chat and parsed.return_ids:
+                resp.media["prompt_token_ids"] = list(picks[0].prompt_ids)
 
     def start(self, req, served, parsed, started, plans=None):
         """Build every prompt first (a bad one starts nothing), then start one generation per prompt, split

@@ -282,3 +282,34 @@ def test_documents_reach_the_chat_template_as_its_documents_variable():
     assert turn in prompt["field"] and turn not in prompt["plain"]
     assert prompt["field"] == prompt["kwargs"] == prompt["both"]
     assert status == 400 and out["error"]["param"] == "documents[0].doc_id", out
+
+
+def test_return_token_ids_shows_the_prompts_ids_and_the_generated_ones_with_the_end_token(served, reference):
+    """vLLM's shape: completions per choice, chat's prompt ids beside the choices; streamed, the first chunk
+    carries the prompt's and each chunk the ids since the last, the end token on the last."""
+    tokens = greedy_ids(reference["llama"], PROMPT, 8, 256)
+    stop = next(t for t in tokens[2:] if t not in tokens[:2])
+    want = tokens[:tokens.index(stop)] + [stop]
+    got = answer(served, stop_token_ids=[stop], return_token_ids=True)
+    assert (got["prompt_token_ids"], got["token_ids"]) == (PROMPT, want)
+    assert "token_ids" not in answer(served)
+    status, _, streamed = call(served.port, "POST", "/v1/completions", {
+        "model": "llama", "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "stop_token_ids": [stop],
+        "return_token_ids": True, "stream": True})
+    chunks = [json.loads(b[6:])["choices"][0] for b in streamed.split("\n\n") if b.startswith("data: {")]
+    assert status == 200 and chunks[0]["prompt_token_ids"] == PROMPT
+    assert [t for c in chunks for t in c["token_ids"]] == want and chunks[-1]["token_ids"][-1] == stop
+    prompts = served.backend.served("llama").prompts
+    messages = [{"role": "user", "content": "Hi"}]
+    for stream in (False, True):
+        status, _, chat = call(served.port, "POST", "/v1/chat/completions", {
+            "model": "llama", "messages": messages, "max_tokens": 5, "temperature": 0, "return_token_ids": True,
+            "stream": stream, "logit_bias": {"2": -100}})
+        prompt_ids = prompts.encode_chat(prompts.render(messages))
+        if stream:
+            chunks = [json.loads(b[6:]) for b in chat.split("\n\n") if b.startswith("data: {")]
+            ids, first = [t for c in chunks for t in c["choices"][0]["token_ids"]], chunks[0]
+        else:
+            ids, first = chat["choices"][0]["token_ids"], chat
+        assert status == 200 and first["prompt_token_ids"] == prompt_ids
+        assert ids == greedy_ids(reference["llama"], prompt_ids, 5, 256)
