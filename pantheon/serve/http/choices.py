@@ -108,23 +108,30 @@ class Choice:
 
 
 def whole(env, choice):
-    """The non-streaming choice object (its generation runs to the end here); an echo leads the text, or a
-    chat reply's content (past its parser, as vLLM prepends it)."""
+    """The non-streaming choice object (its generation runs to the end here); an echo leads the text."""
     text = "".join(choice.gen.pieces())
-    message = None
-    if choice.output is not None:
-        choice.output.push(text)
-        choice.output.finish()
-        message = choice.output.message()
-        if choice.echo:
-            message = dict(message, content=choice.echo + (message.get("content") or ""))
+    message = None if choice.output is None else _message(choice, text)
     out = env.choice(choice.echo + text, choice.reason, message, choice.index, choice.logprobs(env.chat))
+    return _vllm_fields(env, choice, out)
+
+
+def _message(choice, text):
+    """A chat choice's message of its text; an echo leads its content (past the parser, as vLLM prepends it)."""
+    choice.output.push(text)
+    choice.output.finish()
+    message = choice.output.message()
+    return dict(message, content=choice.echo + (message.get("content") or "")) if choice.echo else message
+
+
+def _vllm_fields(env, choice, out):
+    """vLLM's stop_reason, and its token ids and prompt_logprobs when asked (a chat response carries the
+    prompt's once, beside its choices)."""
     out["stop_reason"] = choice.stop_reason
     if choice.return_ids:
         out["token_ids"] = choice.token_ids()
-        if not env.chat:  # a chat response carries them once, beside its choices
+        if not env.chat:
             out["prompt_token_ids"] = list(choice.prompt_ids)
-    if choice.prompt_k is not None and not env.chat:  # a chat response carries them once, beside its choices
+    if choice.prompt_k is not None and not env.chat:
         out["prompt_logprobs"] = choice.vllm_prompt_logprobs()
     return out
 
