@@ -4,12 +4,12 @@ import re
 import uuid
 
 HEADER = "X-Request-Id"
-_SANE = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")  # what a proxy or tracer sends; anything else is replaced
+SANE_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")  # what a proxy or tracer sends; anything else is replaced
 
 
 def request_id(sent):
     """The id to answer with: `sent` (the request's header) when it is sane, otherwise req_ + 24 hex digits."""
-    return sent if sent is not None and _SANE.fullmatch(sent) else f"req_{uuid.uuid4().hex[:24]}"
+    return sent if sent is not None and SANE_ID.fullmatch(sent) else f"req_{uuid.uuid4().hex[:24]}"
 
 
 class RequestId:

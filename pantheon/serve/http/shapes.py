@@ -18,10 +18,11 @@ def usage(prompt_tokens=0, completion_tokens=0, cached_tokens=0):
 class Envelope:
     """Id, timestamp, model and fingerprint shared by every body or chunk of one response."""
 
-    def __init__(self, chat, model, fingerprint=FINGERPRINT, include_usage=False, timings_per_token=False):
+    def __init__(self, chat, model, fingerprint=FINGERPRINT, include_usage=False, timings_per_token=False,
+                 request_id=None):
         self.chat, self.model, self.fingerprint = chat, model, fingerprint
         self.include_usage, self.timings_per_token = include_usage, timings_per_token
-        self.id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+        self.id = ("chatcmpl-" if chat else "cmpl-") + (request_id or secrets.token_hex(12))  # vLLM's request_id
         self.created = int(time.time())
 
     def _head(self, kind):

@@ -3,6 +3,7 @@
 import json
 
 from pantheon.serve.http import truncation
+from pantheon.serve.http.request_id import SANE_ID
 from pantheon.serve.http.field_types import (MAX_TOP_LOGPROBS, bad, boolean, divisor, integer, known_object, only,
                                              show, string)
 
@@ -49,6 +50,13 @@ def bad_words(name, v):
     return tuple(v)
 
 
+def request_id(name, v):
+    """vLLM's: the id the answer carries after its chatcmpl- or cmpl- (as an X-Request-Id header may be)."""
+    if not isinstance(v, str) or not SANE_ID.fullmatch(v):
+        raise bad(name, f"expected 1 to 128 letters, digits or ._:/+=- characters, got {show(v)}", "invalid_value")
+    return v
+
+
 def documents(name, v):
     """vLLM's: documents for a RAG chat template (its `documents` variable), each an object of strings."""
     if not isinstance(v, list):
@@ -93,7 +101,7 @@ FIELDS = {
     "min_tokens": lambda name, v: integer(name, v, 0), "prompt_logprobs": prompt_logprobs,
     "allowed_token_ids": allowed_token_ids, "bad_words": bad_words,
     "include_stop_str_in_output": boolean, "return_tokens_as_token_ids": boolean, "add_special_tokens": boolean,
-    "return_token_ids": boolean,
+    "return_token_ids": boolean, "request_id": request_id,
     "skip_special_tokens": boolean,
     "spaces_between_special_tokens": only(True, "a special token's text is written as it is, with no space added"),
     "use_beam_search": only(False, "beam search is not supported"),

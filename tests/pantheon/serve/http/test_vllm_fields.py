@@ -313,3 +313,19 @@ def test_return_token_ids_shows_the_prompts_ids_and_the_generated_ones_with_the_
             ids, first = chat["choices"][0]["token_ids"], chat
         assert status == 200 and first["prompt_token_ids"] == prompt_ids
         assert ids == greedy_ids(reference["llama"], prompt_ids, 5, 256)
+
+
+@pytest.mark.parametrize("route, prefix, body", [
+    ("/v1/completions", "cmpl-", {"prompt": PROMPT}),
+    ("/v1/chat/completions", "chatcmpl-", {"messages": [{"role": "user", "content": "Hi"}]})])
+def test_request_id_names_the_answer_whole_and_streamed(served, route, prefix, body):
+    ask = dict(body, model="llama", max_tokens=2, request_id="run-7.step:3")
+    status, _, whole = call(served.port, "POST", route, ask)
+    assert status == 200 and whole["id"] == prefix + "run-7.step:3"
+    status, _, streamed = call(served.port, "POST", route, dict(ask, stream=True))
+    ids = {json.loads(b[6:])["id"] for b in streamed.split("\n\n") if b.startswith("data: {")}
+    assert status == 200 and ids == {prefix + "run-7.step:3"}
+    assert call(served.port, "POST", route, dict(body, model="llama", max_tokens=2))[2]["id"] != whole["id"]
+    for bad in ("has space", "", "x" * 129, 5):
+        status, _, out = call(served.port, "POST", route, dict(ask, request_id=bad))
+        assert status == 400 and out["error"]["param"] == "request_id", out
