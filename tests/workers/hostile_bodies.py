@@ -38,7 +38,10 @@ SAMPLING = {
     "repeat_last_n": field(st.integers(-1, 64)), "presence_penalty": field(st.floats(-2, 2)),
     "frequency_penalty": field(st.floats(-2, 2)), "logit_bias": field(logit_bias), "seed": field(st.integers()),
     "stop": field(st.lists(st.text(min_size=1, max_size=4), max_size=5)), "stream": field(st.booleans()),
-    "stream_options": field(st.fixed_dictionaries({"include_usage": st.booleans()})), "user": field(st.text(max_size=8)),
+    "stream_options": field(st.fixed_dictionaries(
+        {"include_usage": st.booleans()},
+        optional={"continuous_usage_stats": st.booleans(), "include_obfuscation": st.booleans()})),
+    "user": field(st.text(max_size=8)),
     "n": field(st.just(1)), "model": field(st.just("m")), "prompt_logprobs": field(st.integers(-2, 22)),
     "allowed_token_ids": field(st.lists(st.integers(-2, 70000), max_size=4)),
     "bad_words": field(st.lists(st.text(max_size=6), max_size=4)),

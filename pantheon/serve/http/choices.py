@@ -9,6 +9,7 @@ from typing import Optional
 
 from pantheon.serve.http import logprobs as shapes_lp, timings
 from pantheon.serve.http.backend import Finished, PromptLogprobs
+from pantheon.serve.http.shapes import usage
 
 _END = object()
 
@@ -157,6 +158,8 @@ def chunks(env, choice):
     if choice.gen.finish_reason != "abort":
         last = env.chunk(None if chat else "", choice.reason, index=i, logprobs=choice.new_logprobs(chat))
         last["choices"][0]["stop_reason"] = choice.stop_reason
+        if env.continuous_usage:
+            last["usage"] = choice.gen.usage
         _with_ids(env, choice, last)
         if not env.include_usage:  # as llama-server: the timings ride the usage chunk when there is one
             last["timings"] = timings.final([choice.gen])
@@ -172,9 +175,13 @@ def _scored_echo(env, choice):
 
 
 def _dressed(env, choice, chunk):
-    """A text chunk with its choice's timings so far (llama-server's timings_per_token) and its ids (below)."""
+    """A text chunk with its choice's timings so far (llama-server's timings_per_token), its usage so far (vLLM's
+    continuous_usage_stats) and its ids (below)."""
     if env.timings_per_token:
         chunk["timings"] = timings.partial(choice.gen)
+    if env.continuous_usage:
+        prompt, cached = choice.gen.prompt_seen or (0, 0)
+        chunk["usage"] = usage(prompt, choice.gen.tokens, cached)
     return _with_ids(env, choice, chunk)
 
 

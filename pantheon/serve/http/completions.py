@@ -202,7 +202,7 @@ class _GenerateResource:
         if replica:
             resp.set_header("X-Pantheon-Replica", replica)  # which die runs it: for operators and tests
         env = Envelope(self.chat, served.name, self.options.fingerprint, parsed.stream and parsed.include_usage,
-                       parsed.timings_per_token, parsed.request_id)
+                       parsed.timings_per_token, parsed.request_id, parsed.include_usage and parsed.continuous_usage)
         if parsed.stream:
             resp.content_type = sse.CONTENT_TYPE
             resp.set_headers(sse.HEADERS)

@@ -19,9 +19,10 @@ class Envelope:
     """Id, timestamp, model and fingerprint shared by every body or chunk of one response."""
 
     def __init__(self, chat, model, fingerprint=FINGERPRINT, include_usage=False, timings_per_token=False,
-                 request_id=None):
+                 request_id=None, continuous_usage=False):
         self.chat, self.model, self.fingerprint = chat, model, fingerprint
         self.include_usage, self.timings_per_token = include_usage, timings_per_token
+        self.continuous_usage = continuous_usage  # vLLM's continuous_usage_stats: each chunk's usage so far
         self.id = ("chatcmpl-" if chat else "cmpl-") + (request_id or secrets.token_hex(12))  # vLLM's request_id
         self.created = int(time.time())
 

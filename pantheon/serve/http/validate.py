@@ -31,6 +31,7 @@ class Parsed:
     stop: tuple = ()
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False  # vLLM's stream_options.continuous_usage_stats (with include_usage)
     user: Optional[str] = None
     tools: Optional[list] = None
     tool_choice: object = "auto"  # "auto" | "none" | "required" | {"type": "function", "function": {"name"}}
@@ -204,13 +205,18 @@ def tools(name, v):
     return v
 
 
+STREAM_OPTIONS = ("include_usage", "continuous_usage_stats", "include_obfuscation")
+
+
 def stream_options(name, v):
+    """include_usage; vLLM's continuous_usage_stats (with it, every chunk carries the usage so far); OpenAI's
+    include_obfuscation is checked and ignored (no padding is added to chunks)."""
     if not isinstance(v, dict):
         raise bad(name, "expected an object")
     for key in v:
-        if key != "include_usage":
+        if key not in STREAM_OPTIONS:
             raise bad(f"{name}.{key}", "unknown field", "unknown_field")
-    return {"include_usage": boolean(f"{name}.include_usage", v.get("include_usage", False))}
+    return {key: boolean(f"{name}.{key}", v.get(key, False)) for key in STREAM_OPTIONS}
 
 
 def content(name, v, role):
@@ -393,6 +399,7 @@ def _parsed(values):
                                                                  values.get("samplers")),
                   stop=values.get("stop", ()), stream=values.get("stream", False),
                   include_usage=options.get("include_usage", False), user=values.get("user"),
+                  continuous_usage=options.get("continuous_usage_stats", False),
                   tools=values.get("tools", values.get("functions")),
                   tool_choice=values.get("tool_choice", values.get("function_call", "auto")),
                   parallel_tool_calls=values.get("parallel_tool_calls", True),

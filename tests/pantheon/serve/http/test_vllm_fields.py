@@ -329,3 +329,25 @@ def test_request_id_names_the_answer_whole_and_streamed(served, route, prefix, b
     for bad in ("has space", "", "x" * 129, 5):
         status, _, out = call(served.port, "POST", route, dict(ask, request_id=bad))
         assert status == 400 and out["error"]["param"] == "request_id", out
+
+
+def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk(served):
+    """vLLM's: with include_usage, each text chunk's usage counts the tokens so far (the answer's text so far
+    tokenizes to as many), the choice's last chunk the whole; OpenAI's include_obfuscation changes nothing."""
+    ask = {"model": "llama", "prompt": PROMPT, "max_tokens": 6, "temperature": 0, "stream": True,
+           "logit_bias": {"2": -100}, "return_token_ids": True,
+           "stream_options": {"include_usage": True, "continuous_usage_stats": True, "include_obfuscation": False}}
+    status, _, streamed = call(served.port, "POST", "/v1/completions", ask)
+    chunks = [json.loads(b[6:]) for b in streamed.split("\n\n") if b.startswith("data: {")]
+    assert status == 200 and chunks[-1]["choices"] == []
+    sent = 0
+    for chunk in chunks[:-1]:
+        sent += len(chunk["choices"][0]["token_ids"])
+        assert chunk["usage"]["prompt_tokens"] == len(PROMPT) and chunk["usage"]["completion_tokens"] == sent
+    assert chunks[-2]["usage"] == chunks[-1]["usage"] and chunks[-1]["usage"]["completion_tokens"] == 6
+    plain = dict(ask, stream_options={"include_usage": True})
+    status, _, streamed = call(served.port, "POST", "/v1/completions", plain)
+    chunks = [json.loads(b[6:]) for b in streamed.split("\n\n") if b.startswith("data: {")]
+    assert [c["usage"] is None for c in chunks] == [True] * (len(chunks) - 1) + [False]
+    status, _, out = call(served.port, "POST", "/v1/completions", dict(ask, stream_options={"include_usages": True}))
+    assert status == 400 and out["error"]["param"] == "stream_options.include_usages", out
