@@ -87,6 +87,7 @@ _FLAG_INFILL = 4
 _EMBED_SHIFT = 3  # flag bits 3-5: 0 a generation, else 1 + the kind's index in EMBED_KINDS
 _MIROSTAT_SHIFT = 6  # flag bits 6-7: the mirostat version (0 off)
 _FLAG_POST_SAMPLING = 256
+_FLAG_PRIVATE = 512
 _DONE = struct.Struct("<BBHIIIi")  # reason, final, choice, prompt, cached, completion tokens, stop token (-1)
 _TOKEN = struct.Struct("<IHI")  # token id, choice, prompt tokens served from a cache
 _CHOICE = struct.Struct("<H")
@@ -131,6 +132,7 @@ class Job:
     embed: Optional[str] = None  # an embedding job's pooling (pantheon.gguf.config.EMBED_KINDS)
     prompt_logprobs: Optional[int] = None  # None: none; k: each prompt token's logprob and k alternatives
     post_sampling: bool = False  # logprobs from the distribution the sampler drew from (post_sampling_probs)
+    private: bool = False  # shares no kept KV cache (pantheon.engine.scheduler.Request.private)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def encode_job(job):
     bias = sorted(p.logit_bias.items())
     flags = ((_FLAG_RANDOM_SEED if p.seed is None else 0) | (_FLAG_THINK if job.think_ids else 0)
              | (_FLAG_INFILL if p.infill else 0) | _embed_bits(job.embed) | p.mirostat << _MIROSTAT_SHIFT
-             | (_FLAG_POST_SAMPLING if job.post_sampling else 0))
+             | (_FLAG_POST_SAMPLING if job.post_sampling else 0) | (_FLAG_PRIVATE if job.private else 0))
     think = job.think_ids or (0, 0)
     grammar = job.grammar.encode("utf-8")
     breakers = [word for head, tail in p.dry_breakers for word in (len(tail), head, *tail)]
@@ -224,7 +226,7 @@ def decode_job(body):
     return Job(route.slot, tuple(ids[:n_prompt]), max_tokens, params, tuple(ids[n_prompt:n_prompt + n_stop]),
                route.session, budget, (t_open, t_close) if flags & _FLAG_THINK else (), grammar, replay,
                None if logprobs < 0 else logprobs, route.n, _embed_of(flags), None if prompt_lp < 0 else prompt_lp,
-               bool(flags & _FLAG_POST_SAMPLING))
+               bool(flags & _FLAG_POST_SAMPLING), bool(flags & _FLAG_PRIVATE))
 
 
 def _id_lists(words, n_dry, n_allowed):

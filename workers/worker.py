@@ -162,7 +162,7 @@ class DieWorker:
                                session=job.session or None, reasoning_budget=job.reasoning_budget,
                                think_ids=job.think_ids, constraint=_constraint(engine, job), logprobs=job.logprobs,
                                n=job.n, embed=job.embed, prompt_logprobs=job.prompt_logprobs,
-                               post_sampling=job.post_sampling))
+                               post_sampling=job.post_sampling, private=job.private))
         except (PantheonError, FrameError, KeyError, ValueError) as e:
             self._fail(msg.request_id, ErrorCode.BAD_REQUEST, str(e))
             return

@@ -52,6 +52,9 @@ class Request:
     # with logprobs: the distribution the sampler drew from instead (its survivors after the filters and the
     # temperature; llama-server's post_sampling_probs; pantheon.engine.sampled_probs)
     post_sampling: bool = False
+    # shares no kept KV cache: starts from a fresh one and leaves its own to no later request (vLLM's cache_salt
+    # isolation, llama-server's cache_prompt false)
+    private: bool = False
     # choices sampled from one prompt prefill: choice i > 0 starts from a copy of choice 0's prompt KV,
     # with seed + i (a fork() of the constraint, if any)
     n: int = 1
@@ -267,8 +270,8 @@ class Engine:
     def _cache_for(self, req):
         """(cache, tokens already in it): the session's own cache cut to the common prefix, else a copy of
         the longest kept prefix, else a new cache; at least one prompt token is left to run."""
-        if self._row(req) in ("mean", "cls", "none") or req.prompt_logprobs is not None:
-            return self._new_cache(), 0  # these read every position's output: every row must run
+        if self._row(req) in ("mean", "cls", "none") or req.prompt_logprobs is not None or req.private:
+            return self._new_cache(), 0  # these read every position's output (or share nothing): every row runs
         cache = self.store.take_session(req.session) if req.session is not None else None
         if cache is not None:
             keep = min(cache.common_prefix(req.prompt), len(req.prompt) - 1)
@@ -412,7 +415,7 @@ class Engine:
         del self.running[seq.key]
         if reason == "error":
             return self._fail_request(seq, message)
-        if seq.choice == 0:  # n choices share their prompt: one kept cache serves it
+        if seq.choice == 0 and not seq.req.private:  # n choices share their prompt: one kept cache serves it
             self.store.put(seq.cache, seq.req.session)
         events = [seq.done_event(reason, final=False, stop_token=stop_token)]
         events += [DoneEvent(seq.req.id, reason, len(seq.req.prompt), seq.cached, 0, "", i, False)

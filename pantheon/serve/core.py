@@ -41,7 +41,7 @@ def generation(request, served, default_budget=0):
     return dict(prompt=tuple(request.prompt), max_tokens=request.max_tokens, params=request.sampling,
                 stop_ids=tuple(sorted(request.stop_ids)), reasoning_budget=request.reasoning_budget or default_budget,
                 think_ids=served.think_ids, logprobs=request.logprobs, n=request.n, embed=request.embed,
-                prompt_logprobs=request.prompt_logprobs, post_sampling=request.post_sampling)
+                prompt_logprobs=request.prompt_logprobs, post_sampling=request.post_sampling, private=request.private)
 
 
 def health(models, dies=None, draining=False, pressure=None):

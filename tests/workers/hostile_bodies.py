@@ -46,7 +46,8 @@ SAMPLING = {
     "allowed_token_ids": field(st.lists(st.integers(-2, 70000), max_size=4)),
     "bad_words": field(st.lists(st.text(max_size=6), max_size=4)),
     "truncate_prompt_tokens": field(st.integers(-2, 300)), "skip_special_tokens": field(st.booleans()),
-    "return_token_ids": field(st.booleans()),
+    "return_token_ids": field(st.booleans()), "cache_salt": field(st.text(max_size=6)),
+    "cache_prompt": field(st.booleans()),
     "request_id": field(st.one_of(st.from_regex(r"[A-Za-z0-9._:/+=-]{1,20}", fullmatch=True), st.text(max_size=8))),
 }
 # max_tokens stays small when valid (the fuzz is about refusals, not long generations); so does

@@ -68,7 +68,7 @@ SAMPLING = {
 REQUEST_TO_JOB = {"model": "slot", "prompt": "prompt", "max_tokens": "max_tokens", "sampling": "params",
                   "stop_ids": "stop_ids", "session": "session", "reasoning_budget": "reasoning_budget",
                   "grammar": "grammar", "logprobs": "logprobs", "n": "n", "embed": "embed",
-                  "prompt_logprobs": "prompt_logprobs", "post_sampling": "post_sampling"}
+                  "prompt_logprobs": "prompt_logprobs", "post_sampling": "post_sampling", "private": "private"}
 
 def _bounded(kw):
     """The infill sampler only with a top_k it accepts and without mirostat (SamplingParams refuses the rest)."""
@@ -92,6 +92,7 @@ jobs = st.builds(
     embed=st.one_of(st.none(), st.sampled_from(POOLINGS)),
     prompt_logprobs=st.one_of(st.none(), st.integers(0, 20)),
     post_sampling=st.booleans(),
+    private=st.booleans(),
 )
 
 

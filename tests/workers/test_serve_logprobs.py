@@ -121,6 +121,14 @@ def test_the_stop_token_crosses_the_ring_as_vllms_stop_reason(client):
     assert out.usage.completion_tokens == tokens.index(stop)
 
 
+def test_a_private_request_crosses_the_ring_and_shares_no_cache(client):
+    prompt = [1] + list(range(900, 940))
+    cached = lambda **extra: client.completions.create(model="qwen2", prompt=prompt, max_tokens=1, temperature=0,
+                                                       extra_body=extra).usage.prompt_tokens_details.cached_tokens
+    assert [cached(cache_prompt=False), cached(cache_salt="a"), cached(), cached(cache_salt="a"), cached()] == \
+        [0, 0, 0, 0, 40]
+
+
 def test_a_list_of_prompts_over_the_rings(client):
     prompts = [PROMPT, "Once upon a time"]
     out = client.completions.create(model="qwen2", prompt=prompts, max_tokens=3, temperature=0, logit_bias=NO_EOS,

@@ -116,6 +116,7 @@ class GenerationRequest:
     embed: Optional[str] = None  # a pooling (pantheon.gguf.config.POOLINGS): an embedding, max_tokens 0
     prompt_logprobs: Optional[int] = None  # None: none; k: each prompt token's logprob and k alternatives
     post_sampling: bool = False  # logprobs from the distribution the sampler drew from (post_sampling_probs)
+    private: bool = False  # shares no kept KV cache: neither starts from one nor leaves its own (cache_prompt false)
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ def generation_request(served, parsed, ids, session, default_max_tokens, grammar
     scored = 0 if parsed.logprobs is None and parsed.best_of > parsed.n else parsed.logprobs
     return GenerationRequest(served.name, tuple(ids), min(wanted, room), sampling, stops, session, grammar=grammar,
                              logprobs=scored, n=runs, prompt_logprobs=_prompt_scored(parsed),
-                             reasoning_budget=parsed.reasoning_budget, post_sampling=_post_sampling(parsed, sampling))
+                             reasoning_budget=parsed.reasoning_budget, post_sampling=_post_sampling(parsed, sampling),
+                             private=parsed.private)
 
 
 def _room(parsed):

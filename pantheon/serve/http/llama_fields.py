@@ -91,10 +91,16 @@ SAMPLERS = {"top_n_sigma": number, "typical_p": number, "xtc_probability": numbe
 # Samplers and options we do not run: a value that would change the output is a 400 naming the field;
 # the neutral value (what llama-server does when the field is absent) is accepted.
 UNSUPPORTED = {"tfs_z": one_only, "lora": null_only}
-# What a llama-server client sends to any generation route. cache_prompt, id_slot and n_keep change
-# nothing here: the prefix cache is always on, a replica is picked by the router (not a slot), and a
-# prompt that does not fit is refused rather than shifted. return_tokens shapes only /completion's
-# answer: the OpenAI routes have no place for token ids (llama-server ignores it there too).
+
+
+def private(values):
+    """Whether a request shares no kept KV cache: llama-server's cache_prompt false (no reuse of an earlier
+    prompt's cache) or vLLM's cache_salt (a prefix cache shared only under one salt; here shared with none)."""
+    return values.get("cache_prompt", True) is False or bool(values.get("cache_salt"))
+# What a llama-server client sends to any generation route. id_slot and n_keep change nothing here: a
+# replica is picked by the router (not a slot), and a prompt that does not fit is refused rather than
+# shifted; cache_prompt false makes the request private (see `private`). return_tokens shapes only
+# /completion's answer: the OpenAI routes show ids under vLLM's return_token_ids instead.
 EXTRAS = dict(UNSUPPORTED, **SAMPLERS, dry_sequence_breakers=breaker_texts, samplers=sampler_order.samplers,
               n_predict=n_predict,
               ignore_eos=boolean,

@@ -165,7 +165,7 @@ def _request(served, body, ids, session, default_max_tokens, grammar):
                              logprobs=body.get("n_probs") or None, ignore_eos=body.get("ignore_eos", False),
                              n=llama_fields.choice_count(body),
                              dry_sequence_breakers=None if breakers is None else tuple(breakers),
-                             post_sampling=body.get("post_sampling_probs", False))
+                             post_sampling=body.get("post_sampling_probs", False), private=llama_fields.private(body))
     if not ids:
         raise bad("prompt", "tokenizes to no tokens at all", "invalid_value")
     return generation_request(served, parsed, ids, session, default_max_tokens, grammar)

@@ -63,6 +63,7 @@ class Parsed:
     skip_special: bool = True  # vLLM's skip_special_tokens: false writes control tokens' text into the answer
     return_ids: bool = False  # vLLM's return_token_ids: the prompt's and each choice's token ids in the answer
     request_id: Optional[str] = None  # vLLM's: the answer's id after its chatcmpl- or cmpl- (else random)
+    private: bool = False  # shares no kept KV cache: vLLM's cache_salt, llama-server's cache_prompt false
 
 
 
@@ -417,4 +418,5 @@ def _parsed(values):
                   tokens_as_ids=values.get("return_tokens_as_token_ids", False),
                   truncate=values.get("truncate_prompt_tokens"), skip_special=values.get("skip_special_tokens", True),
                   return_ids=values.get("return_token_ids", False), request_id=values.get("request_id"),
+                  private=llama_fields.private(values),
                   add_special=values.get("add_special_tokens", True), bad_words=values.get("bad_words", ()))

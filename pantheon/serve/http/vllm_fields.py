@@ -101,7 +101,7 @@ FIELDS = {
     "min_tokens": lambda name, v: integer(name, v, 0), "prompt_logprobs": prompt_logprobs,
     "allowed_token_ids": allowed_token_ids, "bad_words": bad_words,
     "include_stop_str_in_output": boolean, "return_tokens_as_token_ids": boolean, "add_special_tokens": boolean,
-    "return_token_ids": boolean, "request_id": request_id,
+    "return_token_ids": boolean, "request_id": request_id, "cache_salt": string,
     "skip_special_tokens": boolean,
     "spaces_between_special_tokens": only(True, "a special token's text is written as it is, with no space added"),
     "use_beam_search": only(False, "beam search is not supported"),

@@ -186,6 +186,26 @@ def test_repeated_prompt_without_session_reuses_the_prefix(golden):
     assert tokens_of(third, 3) == ref["greedy"][:5].tolist()
 
 
+def test_a_private_request_neither_starts_from_a_kept_cache_nor_leaves_one(golden):
+    """vLLM's cache_salt, llama-server's cache_prompt false: the same answer, computed from scratch, and the
+    request after it finds nothing of it kept (as it does after an ordinary one)."""
+    model, ref = golden
+    prompt = tuple(ref["tokens"][: int(ref["n_prompt"])].tolist())
+    engine = Engine(model, EngineConfig(n_ctx=128))
+    engine.add(Request(1, prompt, max_tokens=4, params=GREEDY))
+    ordinary = run(engine)
+    engine.add(Request(2, prompt, max_tokens=4, params=GREEDY, private=True, session="s"))
+    private = run(engine)
+    assert done_of(private, 2).cached_tokens == 0 and tokens_of(private, 2) == tokens_of(ordinary, 1)
+    engine.drop_cached()
+    engine.add(Request(3, prompt, max_tokens=4, params=GREEDY, private=True, session="s"))
+    run(engine)
+    engine.add(Request(4, prompt, max_tokens=4, params=GREEDY, session="s"))
+    assert done_of(run(engine), 4).cached_tokens == 0
+    engine.add(Request(5, prompt, max_tokens=4, params=GREEDY))
+    assert done_of(run(engine), 5).cached_tokens == len(prompt) - 1
+
+
 def test_max_tokens_zero_only_computes_the_prompt_into_the_cache(golden):
     """llama-server's n_predict 0 (llama.vim warms its context so): no token, and the next request with
     that prompt as its prefix finds it cached."""

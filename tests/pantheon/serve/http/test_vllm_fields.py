@@ -351,3 +351,17 @@ def test_continuous_usage_stats_puts_the_usage_so_far_on_every_chunk(served):
     assert [c["usage"] is None for c in chunks] == [True] * (len(chunks) - 1) + [False]
     status, _, out = call(served.port, "POST", "/v1/completions", dict(ask, stream_options={"include_usages": True}))
     assert status == 400 and out["error"]["param"] == "stream_options.include_usages", out
+
+
+@pytest.mark.parametrize("private", [{"cache_salt": "tenant-a"}, {"cache_prompt": False}])
+def test_a_salted_or_uncached_request_shares_no_kept_cache(served, private):
+    """vLLM's cache_salt (here: shared with no other request) and llama-server's cache_prompt false: such a
+    request neither reuses a kept prompt nor leaves its own; an ordinary one after an ordinary one does."""
+    start = 700 if "cache_salt" in private else 800  # a prompt no other test has left in the cache
+    prompt = [1] + list(range(start, start + 60))
+    ask = {"model": "llama", "prompt": prompt, "max_tokens": 1, "temperature": 0}
+    cached = lambda extra: call(served.port, "POST", "/v1/completions", dict(ask, **extra))[2]["usage"][
+        "prompt_tokens_details"]["cached_tokens"]
+    assert [cached(private), cached(private), cached({}), cached(private), cached({})] == [0, 0, 0, 0, 60]
+    status, _, out = call(served.port, "POST", "/v1/completions", dict(ask, cache_salt=5))
+    assert status == 400 and out["error"]["param"] == "cache_salt", out
