@@ -51,9 +51,16 @@ def bad_words(name, v):
 
 
 def request_id(name, v):
-    """vLLM's: the id the answer carries after its chatcmpl- or cmpl- (as an X-Request-Id header may be)."""
+    """vLLM's: the id the answer carries after its chatcmpl- or cmpl- (the characters an X-Request-Id may hold)."""
     if not isinstance(v, str) or not SANE_ID.fullmatch(v):
         raise bad(name, f"expected 1 to 128 letters, digits or ._:/+=- characters, got {show(v)}", "invalid_value")
+    return v
+
+
+def cache_salt(name, v):
+    """vLLM's: a non-empty string (a salted request shares no kept cache here: llama_fields.private)."""
+    if not string(name, v):
+        raise bad(name, "must not be empty (leave it out for a request that shares kept caches)", "invalid_value")
     return v
 
 
@@ -101,7 +108,7 @@ FIELDS = {
     "min_tokens": lambda name, v: integer(name, v, 0), "prompt_logprobs": prompt_logprobs,
     "allowed_token_ids": allowed_token_ids, "bad_words": bad_words,
     "include_stop_str_in_output": boolean, "return_tokens_as_token_ids": boolean, "add_special_tokens": boolean,
-    "return_token_ids": boolean, "request_id": request_id, "cache_salt": string,
+    "return_token_ids": boolean, "request_id": request_id, "cache_salt": cache_salt,
     "skip_special_tokens": boolean,
     "spaces_between_special_tokens": only(True, "a special token's text is written as it is, with no space added"),
     "use_beam_search": only(False, "beam search is not supported"),

@@ -363,5 +363,6 @@ def test_a_salted_or_uncached_request_shares_no_kept_cache(served, private):
     cached = lambda extra: call(served.port, "POST", "/v1/completions", dict(ask, **extra))[2]["usage"][
         "prompt_tokens_details"]["cached_tokens"]
     assert [cached(private), cached(private), cached({}), cached(private), cached({})] == [0, 0, 0, 0, 60]
-    status, _, out = call(served.port, "POST", "/v1/completions", dict(ask, cache_salt=5))
-    assert status == 400 and out["error"]["param"] == "cache_salt", out
+    for bad in (5, ""):
+        status, _, out = call(served.port, "POST", "/v1/completions", dict(ask, cache_salt=bad))
+        assert status == 400 and out["error"]["param"] == "cache_salt", out
