@@ -16,7 +16,7 @@ from pantheon.serve.http.embeddings import Embeddings, NativeEmbedding
 from pantheon.serve.http.request_id import RequestId
 from pantheon.serve.http.rerank import Rerank
 from pantheon.serve.http.responses import InputTokens, Responses, Stored
-from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Tokenize
+from pantheon.serve.http.resources import Detokenize, Health, Metrics, Models, Ping, Tokenize
 from pantheon.serve.http.shapes import FINGERPRINT
 from pantheon.serve.limits import DEFAULT_SSE_KEEPALIVE
 from pantheon.serve.metrics import OTHER
@@ -115,6 +115,8 @@ def create_app(backend, api_keys=(), metrics=None, default_max_tokens=512, body_
     app.add_route("/tokenize", Tokenize(backend, body_limit, prefill_assistant))
     app.add_route("/detokenize", Detokenize(backend, body_limit))
     app.add_route("/metrics", Metrics(backend))
+    app.add_route("/ping", Ping(backend))  # vLLM's
+    app.add_route("/version", Version())  # vLLM's, in the shape of Ollama's /api/version
     _add_ollama_routes(app, backend, options, body_limit, metrics)
     if admin is not None:
         add_admin_routes(app, admin, body_limit)

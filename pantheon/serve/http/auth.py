@@ -1,10 +1,11 @@
-"""API-key auth (a bearer token, or X-Api-Key): every route but /health, /v1/health, /metrics, /admin/*, preflights."""
+"""API-key auth (a bearer token, or X-Api-Key): every route but /health, /v1/health, /ping, /version, /metrics,
+/admin/*, preflights."""
 
 import hmac
 
 from pantheon.serve.http.errors import RequestError
 
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/metrics"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/metrics", "/ping", "/version"})
 
 
 class BearerAuth:

@@ -53,6 +53,12 @@ class Health:
         resp.media = body
 
 
+class Ping(Health):
+    """vLLM's /ping (the health check SageMaker and other balancers call): /health's answer, to GET and POST."""
+
+    on_post = Health.on_get
+
+
 class Metrics:
     def __init__(self, backend):
         self.backend = backend

@@ -2,6 +2,7 @@
 
 import pytest
 
+import pantheon
 from tests.pantheon.serve.http.server import Served, call, open_models
 
 CHAT = "/v1/chat/completions"
@@ -110,6 +111,14 @@ def test_api_keys_guard_v1_but_not_health_or_metrics(guarded):
     assert status == 200 and body["usage"]["completion_tokens"] == 1
 
 
+def test_vllms_ping_and_version_are_public(guarded):
+    """/ping answers as /health does, to GET and POST (SageMaker posts); /version names the server's."""
+    health = call(guarded.port, "GET", "/health")
+    assert call(guarded.port, "GET", "/ping")[::2] == call(guarded.port, "POST", "/ping")[::2] == health[::2]
+    status, _, body = call(guarded.port, "GET", "/version")
+    assert (status, body) == (200, {"version": pantheon.__version__})
+
+
 @pytest.fixture(scope="module")
 def broken():
     models = open_models(("qwen2",))
@@ -131,6 +140,7 @@ def test_a_crashed_engine_ends_the_stream_in_band_and_health_turns_503(broken):
     assert events[-1] == "[DONE]" and '"code": "generation_failed"'.replace(" ", "") in events[-2]
     status, _, body = call(broken.port, "GET", "/health")
     assert status == 503 and body["status"] == "unavailable" and body["models"]["qwen2"]["state"] == "failed"
+    assert call(broken.port, "GET", "/ping")[0] == call(broken.port, "POST", "/ping")[0] == 503  # vLLM's alias
     error_of(broken, CHAT, {"messages": USER}, 503, code="unavailable")
     status, hdrs, _ = call(broken.port, "POST", CHAT, {"messages": USER})
     assert int(hdrs["Retry-After"]) >= 1
