@@ -56,9 +56,11 @@ class Choice:
         return list(self.gen.token_ids) + ([self.gen.stop_token] if self.gen.stop_token >= 0 else [])
 
     def new_token_ids(self):
-        """The generated ids not yet sent in a stream chunk."""
-        ids = self.token_ids()
-        new, self._ids_sent = ids[self._ids_sent:], len(ids)
+        """The generated ids not yet sent in a stream chunk (the end token last, once the answer has ended);
+        a slice of the new ones only, not a copy of all of them per chunk."""
+        ids = self.token_ids() if self.gen.stop_token >= 0 else self.gen.token_ids
+        new = list(ids[self._ids_sent:])
+        self._ids_sent += len(new)
         return new
 
     def message(self):
