@@ -35,7 +35,7 @@ from pantheon.engine.model_weights import map_weights, matrices
 log = logging.getLogger(__name__)
 
 MAGIC = b"PNTHRPK1"
-VERSION = 4  # of the layouts in kernels.repack: part of every key
+VERSION = 5  # of the layouts in kernels.repack: part of every key
 ALIGN = 4096
 # Rows packed at a time while writing (a multiple of the task's 32): the scratch of a vocabulary-sized
 # matrix stays a few MiB.

@@ -27,6 +27,7 @@ from pantheon.engine.kernels.simd import fzero as fzero8
 from pantheon.engine.kernels.simd512 import fma8, fzero16, isum8, pack8, reduce8
 from pantheon.engine.kernels.simd_f32 import hmax16, isum16, qround16, vabsmax16
 from pantheon.engine.kernels.simd_lanes import fload16
+from pantheon.engine.kernels.stream import prefetch_ahead
 
 QK = 32
 Q4_0_BYTES, Q8_0_BYTES = 18, 34
@@ -169,4 +170,5 @@ def product(qtype, raw, acts, out):
 def product_repacked(qtype, packed, rows, acts, out):
     """`product` on the repacked copy (kernels.repack) of a `rows`-row weight: one kernel for every n,
     with the same bits as `product`."""
-    _kernels(qtype)[2](packed, rows, acts.xq, acts.xd, acts.xsum, out, numba.get_num_threads())
+    _kernels(qtype)[2](packed, rows, acts.xq, acts.xd, acts.xsum, out, numba.get_num_threads(),
+                       prefetch_ahead(qtype, acts.n))

@@ -21,11 +21,9 @@ from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, vdot
 QK = 32
 # Bytes of one quant word of all 32 rows, and of its first 16 rows.
 WORD, HALF = 4 * ROWS, 2 * ROWS
-# How far ahead of the block being read a worker asks for its stream's bytes.
 # Blocks per span: every vector passes over a span before the next is read (8 Q4_0 blocks of 32
 # rows are 4.5 KiB).
 SPAN = 8
-AHEAD = 4096
 
 
 @inline
@@ -48,16 +46,17 @@ def _word1(c, w, x, xo, nibbles):
 
 
 @inline
-def stream_ahead(row, o, gb, first):
-    """Ask for block o's bytes AHEAD on, on the pass that reads the task from memory (later passes find
-    it in L2): every cache line of it, the task's rows being one contiguous stream."""
-    if first:
-        for line in range(o + AHEAD, o + AHEAD + gb, 64):
+def stream_ahead(row, o, gb, first, ahead):
+    """Ask for block o's bytes `ahead` on (kernels.stream; 0: leave it to the hardware prefetcher), on the
+    pass that reads the task from memory (later passes find it in L2): every cache line of it, the
+    task's rows being one contiguous stream."""
+    if first and ahead:
+        for line in range(o + ahead, o + ahead + gb, 64):
             prefetch_l2(row, line)
 
 
 @inline
-def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
+def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead):
     """Vectors i..i+3 against task t's two 16-row groups over blocks b0..b1: 8 int and 8 float row-lane
     accumulators, the float ones carried between spans in acc [n·32]."""
     k1, k2, k3 = i + 1, i + 2, i + 3
@@ -68,7 +67,7 @@ def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
     row, gb, nibbles = p[t], words * WORD + 2 * ROWS, words == 4
     for b in range(b0, b1):
         o = b * gb
-        stream_ahead(row, o, gb, i == 0)
+        stream_ahead(row, o, gb, i == 0, ahead)
         c0, c1 = ibcast16(-zero * xsum[i, b]), ibcast16(-zero * xsum[k1, b])
         c2, c3 = ibcast16(-zero * xsum[k2, b]), ibcast16(-zero * xsum[k3, b])
         f0, f1, f2, f3 = c0, c1, c2, c3
@@ -87,13 +86,13 @@ def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
 
 
 @inline
-def _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
+def _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead):
     """`_four` for the single vector i."""
     x0, a0, e0 = xq[i], fload16(acc, 32 * i), fload16(acc, 32 * i + 16)  # [cols] int8 bytes
     row, gb, nibbles = p[t], words * WORD + 2 * ROWS, words == 4
     for b in range(b0, b1):
         o = b * gb
-        stream_ahead(row, o, gb, i == 0)
+        stream_ahead(row, o, gb, i == 0, ahead)
         c0 = ibcast16(-zero * xsum[i, b])
         f0 = c0
         for w in range(words):
@@ -107,7 +106,7 @@ def _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc):
 
 
 @inline
-def _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp):
+def _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp, ahead):
     """Task t's rows for every vector: span by span of SPAN blocks, every vector past each span while
     it is in L1, so the stream from memory never waits for later vectors' passes."""
     n, nb = xq.shape[0], xd.shape[1]
@@ -115,9 +114,9 @@ def _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp):
     for b0 in range(0, nb, SPAN):
         b1 = min(nb, b0 + SPAN)
         for i in range(0, n - n % 4, 4):
-            _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc)
+            _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead)
         for i in range(n - n % 4, n):
-            _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc)
+            _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead)
     nr = min(rows, (t + 1) * ROWS) - t * ROWS
     for i in range(n):
         put_rows(out[i], t * ROWS, 0, fload16(acc, 32 * i), nr, tmp)
@@ -125,7 +124,7 @@ def _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp):
 
 
 @inline
-def _products(p, rows, xq, xd, xsum, out, zero, words, threads):
+def _products(p, rows, xq, xd, xsum, out, zero, words, threads, ahead):
     """out [n, rows]: each of `threads` workers streams one contiguous run of tasks."""
     tasks, n = p.shape[0], xq.shape[0]
     workers = max(1, min(tasks, threads))
@@ -134,16 +133,17 @@ def _products(p, rows, xq, xd, xsum, out, zero, words, threads):
         acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
         tmp = np.empty(16, np.float32)  # [16] one ragged row group
         for t in range(wk * per, min(tasks, (wk + 1) * per)):
-            _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp)
+            _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp, ahead)
 
 
 @exact
-def q4_0_repacked(p, rows, xq, xd, xsum, out, threads):
-    """out[i, r] for repacked Q4_0 rows p (rows of them) and quantized vectors xq (scales xd, sums xsum)."""
-    _products(p, rows, xq, xd, xsum, out, np.int32(8), 4, threads)
+def q4_0_repacked(p, rows, xq, xd, xsum, out, threads, ahead):
+    """out[i, r] for repacked Q4_0 rows p (rows of them) and quantized vectors xq (scales xd, sums xsum);
+    `ahead`: the stream's prefetch distance in bytes (kernels.stream)."""
+    _products(p, rows, xq, xd, xsum, out, np.int32(8), 4, threads, ahead)
 
 
 @exact
-def q8_0_repacked(p, rows, xq, xd, xsum, out, threads):
+def q8_0_repacked(p, rows, xq, xd, xsum, out, threads, ahead):
     """out[i, r] for repacked Q8_0 rows (q + 128 as vpdpbusd's unsigned side, 128·Σxq folded out)."""
-    _products(p, rows, xq, xd, xsum, out, np.int32(128), 8, threads)
+    _products(p, rows, xq, xd, xsum, out, np.int32(128), 8, threads, ahead)

@@ -18,6 +18,7 @@ from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8k_acts import Q8K
 from pantheon.engine.kernels.simd import has_vnni
+from pantheon.engine.kernels.stream import prefetch_ahead
 
 # qtype name -> (direct 1-vector kernel or None, direct 4-vector kernel or None, q8k_tiles kind); without
 # a 1-vector kernel q8k_tiles serves every n.
@@ -108,4 +109,5 @@ _REPACKED = {GGMLQuantizationType.Q4_K: q4_k_repacked, GGMLQuantizationType.Q5_K
 def product_repacked(qtype, packed, rows, acts, out):
     """`product` on the repacked copy (kernels.repack) of a `rows`-row Q4_K / Q5_K / Q6_K weight, on an AVX-512
     VNNI host: one kernel for every n, with the same bits as `product`."""
-    _REPACKED[qtype](packed, rows, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads())
+    _REPACKED[qtype](packed, rows, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads(),
+                     prefetch_ahead(qtype, acts.n))

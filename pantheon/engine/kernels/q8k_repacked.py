@@ -19,8 +19,8 @@ from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8dot_tiles import put_rows
-from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5, QH5_BYTES, QH6, SC, SC6,
-                                                         WORD, quants)
+from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5, QH5_BYTES, SC, SC6, WORD,
+                                                         quants, word6)
 from pantheon.engine.kernels.q8k_repacked_tiles import tiled
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
@@ -89,18 +89,25 @@ def _end1(acc, i, g, isum, row, f, bs16, b, xd):
 
 
 @inline
-def _one(p, t, g, xq, xd, bs16, i, b, acc):
-    """`_four` for the single vector i of Q4_K (Q5_K: `_one5`)."""
-    row, o, h, x0, i0 = p[t], b * GB, 64 * g, xq[i], izero16()
+def _one2(p, t, xq, xd, bs16, i, b, acc):
+    """`_four` for the single vector i of Q4_K (Q5_K: `_one5`), both 16-row groups at once: each 128-byte
+    quant word of the 32 rows read whole and in order, which the hardware prefetcher follows."""
+    row, o, x0, i0, i1 = p[t], b * GB, xq[i], izero16(), izero16()
     for pr in range(4):
-        c0, f0 = izero16(), izero16()
+        c0, f0, c1, f1 = izero16(), izero16(), izero16(), izero16()
         for w in range(8):
-            lo, hi = quants(False, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
+            at = o + (pr * 8 + w) * WORD
+            lo, hi = quants(False, row, o, at, 0, pr, w)
+            lo1, hi1 = quants(False, row, o, at + 64, 64, pr, w)
             xo = b * QK_K + 64 * pr + 4 * w
             c0, f0 = vdot16(c0, lo, x0, xo), vdot16(f0, hi, x0, xo + 32)
-        s0, s1 = bload16(row, o + SC + 2 * pr * ROWS + 16 * g), bload16(row, o + SC + (2 * pr + 1) * ROWS + 16 * g)
+            c1, f1 = vdot16(c1, lo1, x0, xo), vdot16(f1, hi1, x0, xo + 32)
+        s0, s1 = bload16(row, o + SC + 2 * pr * ROWS), bload16(row, o + SC + (2 * pr + 1) * ROWS)
         i0 = imac16(imac16(i0, c0, s0), f0, s1)
-    _end1(acc, i, g, i0, row, o, bs16, b, xd)
+        s0, s1 = bload16(row, o + SC + 2 * pr * ROWS + 16), bload16(row, o + SC + (2 * pr + 1) * ROWS + 16)
+        i1 = imac16(imac16(i1, c1, s0), f1, s1)
+    _end1(acc, i, 0, i0, row, o, bs16, b, xd)
+    _end1(acc, i, 1, i1, row, o, bs16, b, xd)
 
 
 @inline
@@ -114,7 +121,8 @@ def _bits5(c, e, row, at, qh, x, xo, left_lo, right_lo, left_hi, right_hi):
 
 @inline
 def _one5(p, t, g, xq, xd, bs16, i, b, acc):
-    """`_one` for Q5_K with each qh word loaded once for its 4 pairs (8 dot accumulators, one vector)."""
+    """`_one2` for Q5_K, one 16-row group, with each qh word loaded once for its 4 pairs (8 dot
+    accumulators, one vector)."""
     row, o, h, x0 = p[t], b * GB5, 64 * g, xq[i]
     c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
     e0, e1, e2, e3 = izero16(), izero16(), izero16(), izero16()
@@ -169,9 +177,9 @@ def _four6(p, t, g, xq, xd, bs16, i, b, acc):
             c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
             d0, d1, d2, d3 = izero16(), izero16(), izero16(), izero16()
             for w in range(4 * q, 4 * q + 4):
-                ql = wload16(row, o + (16 * half + w) * WORD + h)
-                qm = wload16(row, o + (16 * half + 8 + w) * WORD + h)
-                qh = wload16(row, o + QH6 + (8 * half + w) * WORD + h)
+                ql = wload16(row, word6(o, half, w, 0) + h)
+                qm = wload16(row, word6(o, half, w, 1) + h)
+                qh = wload16(row, word6(o, half, w, 2) + h)
                 xo = b * QK_K + 128 * half + 4 * w
                 v = six_a(ql, qh)
                 a0, a1 = vdot16(a0, v, x0, xo), vdot16(a1, v, x1, xo)
@@ -205,8 +213,8 @@ def _group8(row, o, h, half, q, grp, xq, i, b):
     a0, a1, a2, a3 = izero16(), izero16(), izero16(), izero16()
     a4, a5, a6, a7 = izero16(), izero16(), izero16(), izero16()
     for w in range(4 * q, 4 * q + 4):
-        ql = wload16(row, o + (16 * half + 8 * (grp % 2) + w) * WORD + h)
-        qh = wload16(row, o + QH6 + (8 * half + w) * WORD + h)
+        ql = wload16(row, word6(o, half, w, grp % 2) + h)
+        qh = wload16(row, word6(o, half, w, 2) + h)
         if grp == 0:
             v = six_a(ql, qh)
         elif grp == 1:
@@ -244,34 +252,59 @@ def _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr):
 
 
 @inline
-def _one6(p, t, g, xq, xd, bs16, i, b, acc):
-    """`_four6` for the single vector i."""
-    row, o, h, x0, i0 = p[t], b * GB6, 64 * g, xq[i], izero16()
-    for half in range(2):
-        for q in range(2):
-            a0, b0, c0, d0 = izero16(), izero16(), izero16(), izero16()
-            for w in range(4 * q, 4 * q + 4):
-                ql = wload16(row, o + (16 * half + w) * WORD + h)
-                qm = wload16(row, o + (16 * half + 8 + w) * WORD + h)
-                qh = wload16(row, o + QH6 + (8 * half + w) * WORD + h)
-                xo = b * QK_K + 128 * half + 4 * w
-                a0, b0 = vdot16(a0, six_a(ql, qh), x0, xo), vdot16(b0, six_b(qm, qh), x0, xo + 32)
-                c0, d0 = vdot16(c0, six_c(ql, qh), x0, xo + 64), vdot16(d0, six_d(qm, qh), x0, xo + 96)
-            at = o + SC6 + (8 * half + q) * ROWS + 16 * g
-            i0 = imac16(imac16(i0, a0, sbload16(row, at)), b0, sbload16(row, at + 2 * ROWS))
-            i0 = imac16(imac16(i0, c0, sbload16(row, at + 4 * ROWS)), d0, sbload16(row, at + 6 * ROWS))
-    _finish6(acc, 32 * i + 16 * g, i0, _mins6(row, o, g, bs16, i, b), row, o, g, xd[i, b])
+def _quarter6(row, o, h, half, q, x0, b):
+    """Vector x0's four value-group dots of one quarter (rows 16g.., h = 64g) of a Q6_K super-block."""
+    a0, b0, c0, d0 = izero16(), izero16(), izero16(), izero16()
+    for w in range(4 * q, 4 * q + 4):
+        ql = wload16(row, word6(o, half, w, 0) + h)
+        qm = wload16(row, word6(o, half, w, 1) + h)
+        qh = wload16(row, word6(o, half, w, 2) + h)
+        xo = b * QK_K + 128 * half + 4 * w
+        a0, b0 = vdot16(a0, six_a(ql, qh), x0, xo), vdot16(b0, six_b(qm, qh), x0, xo + 32)
+        c0, d0 = vdot16(c0, six_c(ql, qh), x0, xo + 64), vdot16(d0, six_d(qm, qh), x0, xo + 96)
+    return a0, b0, c0, d0
 
 
 @inline
-def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr):
+def _scale6(i0, row, at, a0, b0, c0, d0):
+    """i0 plus one quarter's four value-group dots times their rows' scales (at: the first group's)."""
+    i0 = imac16(imac16(i0, a0, sbload16(row, at)), b0, sbload16(row, at + 2 * ROWS))
+    return imac16(imac16(i0, c0, sbload16(row, at + 4 * ROWS)), d0, sbload16(row, at + 6 * ROWS))
+
+
+@inline
+def _one6x2(p, t, xq, xd, bs16, i, b, acc):
+    """`_four6` for the single vector i, both 16-row groups at once (each 128-byte word of the 32 rows
+    read whole)."""
+    row, o, x0, i0, i1 = p[t], b * GB6, xq[i], izero16(), izero16()
+    for half in range(2):
+        for q in range(2):
+            at = o + SC6 + (8 * half + q) * ROWS
+            a0, b0, c0, d0 = _quarter6(row, o, 0, half, q, x0, b)
+            a1, b1, c1, d1 = _quarter6(row, o, 64, half, q, x0, b)
+            i0 = _scale6(i0, row, at, a0, b0, c0, d0)
+            i1 = _scale6(i1, row, at + 16, a1, b1, c1, d1)
+    _finish6(acc, 32 * i, i0, _mins6(row, o, 0, bs16, i, b), row, o, 0, xd[i, b])
+    _finish6(acc, 32 * i + 16, i1, _mins6(row, o, 1, bs16, i, b), row, o, 1, xd[i, b])
+
+
+@inline
+def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr, ahead):
     """Task t's rows (Q4_K, Q5_K or Q6_K for `bits` 4, 5, 6) for every vector, super-block by super-block
     (each in L1 while every vector passes it), the task's stream from memory prefetched on the first pass."""
     n, six, five = xq.shape[0], bits == 6, bits == 5
     gb = GB6 if six else (GB5 if five else GB)
     acc[:] = 0.0
     for b in range(xd.shape[1]):
-        stream_ahead(p[t], b * gb, gb, True)
+        stream_ahead(p[t], b * gb, gb, True, ahead)
+        for i in range(n - n % 4, n):
+            if six:
+                _one6x2(p, t, xq, xd, bs16, i, b, acc)
+            elif five:
+                _one5(p, t, 0, xq, xd, bs16, i, b, acc)
+                _one5(p, t, 1, xq, xd, bs16, i, b, acc)
+            else:
+                _one2(p, t, xq, xd, bs16, i, b, acc)
         for g in range(2):
             e8 = n - n % 8 if six else 0
             for i in range(0, e8, 8):
@@ -281,13 +314,6 @@ def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr):
                     _four6(p, t, g, xq, xd, bs16, i, b, acc)
                 else:
                     _four(five, p, t, g, xq, xd, bs16, i, b, acc)
-            for i in range(n - n % 4, n):
-                if six:
-                    _one6(p, t, g, xq, xd, bs16, i, b, acc)
-                elif five:
-                    _one5(p, t, g, xq, xd, bs16, i, b, acc)
-                else:
-                    _one(p, t, g, xq, xd, bs16, i, b, acc)
     nr = min(rows, (t + 1) * ROWS) - t * ROWS
     for i in range(n):
         put_rows(out[i], t * ROWS, 0, fload16(acc, 32 * i), nr, tmp)
@@ -295,7 +321,7 @@ def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr):
 
 
 @inline
-def _products(bits, p, rows, xq, xd, bs16, out, threads):
+def _products(bits, p, rows, xq, xd, bs16, out, threads, ahead):
     """out [n, rows]: each of `threads` workers streams one contiguous run of tasks; from TILED_FROM
     vectors on, each task is unpacked once into q8k_lanes' tile first."""
     tasks, n, cols = p.shape[0], xq.shape[0], xq.shape[1]
@@ -313,24 +339,25 @@ def _products(bits, p, rows, xq, xd, bs16, out, threads):
         dm = np.empty(cols // QK_K * ROWS if many else 0, np.float32)  # [nb, 32] dmin in row lanes
         for t in range(wk * per, min(tasks, (wk + 1) * per)):
             if many:
-                tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp)
+                tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
             else:
-                _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr)
+                _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr, ahead)
 
 
 @exact
-def q4_k_repacked(p, rows, xq, xd, bs16, out, threads):
-    """out[i, r] for repacked Q4_K rows p (rows of them) and Q8_K vectors xq (scales xd, sums bs16)."""
-    _products(4, p, rows, xq, xd, bs16, out, threads)
+def q4_k_repacked(p, rows, xq, xd, bs16, out, threads, ahead):
+    """out[i, r] for repacked Q4_K rows p (rows of them) and Q8_K vectors xq (scales xd, sums bs16);
+    `ahead`: the stream's prefetch distance in bytes (kernels.stream)."""
+    _products(4, p, rows, xq, xd, bs16, out, threads, ahead)
 
 
 @exact
-def q5_k_repacked(p, rows, xq, xd, bs16, out, threads):
+def q5_k_repacked(p, rows, xq, xd, bs16, out, threads, ahead):
     """out[i, r] for repacked Q5_K rows: Q4_K's kernel with each quant's fifth bit from qh."""
-    _products(5, p, rows, xq, xd, bs16, out, threads)
+    _products(5, p, rows, xq, xd, bs16, out, threads, ahead)
 
 
 @exact
-def q6_k_repacked(p, rows, xq, xd, bs16, out, threads):
+def q6_k_repacked(p, rows, xq, xd, bs16, out, threads, ahead):
     """out[i, r] for repacked Q6_K rows (quants 0..63; the offset 32 folded out as a min, as q8k_tiles does)."""
-    _products(6, p, rows, xq, xd, bs16, out, threads)
+    _products(6, p, rows, xq, xd, bs16, out, threads, ahead)

@@ -13,7 +13,7 @@ GB, GB5 = LAYOUTS[T.Q4_K][2] * ROWS, LAYOUTS[T.Q5_K][2] * ROWS
 SC, MN, D, DM = 4096, 4096 + 8 * ROWS, 4096 + 16 * ROWS, 4096 + 16 * ROWS + 2 * ROWS
 QH5, QH5_BYTES = 4096, 8 * 4 * ROWS
 GB6 = LAYOUTS[T.Q6_K][2] * ROWS
-QH6, SC6, D6 = 4096, 6144, 6144 + 16 * ROWS
+SC6, D6 = 6144, 6144 + 16 * ROWS
 # Bytes of one quant word of all 32 rows.
 WORD = 4 * ROWS
 
@@ -29,3 +29,11 @@ def quants(five, row, o, at, qt, pr, w):
         lo = or16(lo, qbit16(qh, max(4 - 2 * pr, 0), max(2 * pr - 4, 0)))
         hi = or16(hi, qbit16(qh, max(3 - 2 * pr, 0), max(2 * pr - 3, 0)))
     return lo, hi
+
+
+@inline
+def word6(o, half, w, part):
+    """Where Q6_K quant word w (0..7) of `half` lies in the super-block at o: part 0 its ql word (values
+    128·half + 4w.., +64), 1 the ql word 32 bytes on (+32, +96), 2 its qh word (kernels.repack's order:
+    quarter (half, w // 4) keeps its 12 words together)."""
+    return o + ((2 * half + w // 4) * 12 + 4 * part + w % 4) * WORD

@@ -6,8 +6,8 @@ import numpy as np
 from pantheon.engine.kernels.jit import inline
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8k_lanes import pass1, pass4
-from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5_BYTES, QH6, SC, SC6, WORD,
-                                                         quants)
+from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5_BYTES, SC, SC6, WORD,
+                                                         quants, word6)
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
 from pantheon.engine.kernels.simd_lanes import (bload16, hload16, imacs16, sbload16, six_a, six_b, six_c, six_d,
@@ -21,9 +21,9 @@ def _unpack6(row, o, g, b, qt32, sv, mn, dt, dm):
     h = 16 * g
     for half in range(2):
         for w in range(8):
-            ql = wload16(row, o + (16 * half + w) * WORD + 4 * h)
-            qm = wload16(row, o + (16 * half + 8 + w) * WORD + 4 * h)
-            qh = wload16(row, o + QH6 + (8 * half + w) * WORD + 4 * h)
+            ql = wload16(row, word6(o, half, w, 0) + 4 * h)
+            qm = wload16(row, word6(o, half, w, 1) + 4 * h)
+            qh = wload16(row, word6(o, half, w, 2) + 4 * h)
             word = b * 64 + 32 * half + w  # of value 128·half + 4w: then +32, +64, +96 values
             store16(qt32, word * ROWS + h, six_a(ql, qh))
             store16(qt32, (word + 8) * ROWS + h, six_b(qm, qh))
@@ -59,12 +59,12 @@ def _unpack45(five, row, o, g, b, qt32, sv, mn, dt, dm):
 
 
 @inline
-def tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp):
+def tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead):
     """Task t for many vectors: unpacked once into q8k_lanes' tile (a copy with no transposes: the
     layout is interleaved already), then q8k_lanes' passes, vpdpbusd alone per quant word and vector."""
     n, gb = xq.shape[0], GB6 if bits == 6 else (GB5 if bits == 5 else GB)
     for b in range(xd.shape[1]):
-        stream_ahead(p[t], b * gb, gb, True)
+        stream_ahead(p[t], b * gb, gb, True, ahead)
         for g in range(2):
             if bits == 6:
                 _unpack6(p[t], b * gb, g, b, qt32, sv, mn, dt, dm)

@@ -14,8 +14,10 @@ after another, each as [unit][row] (a unit: the bytes one row contributes at a t
         dmin: fp16
   Q5_K  as Q4_K, with the file's 32 qh bytes as 8 words between the quants and the scales (bit 2p
         of qh byte l is the fifth bit of value 64p+l, bit 2p+1 that of 64p+32+l)
-  Q6_K  ql: 32 words, qh: 16 words, the 16 int8 scales, d: fp16 (the file's fields in its order;
-        half h's ql bytes l and l + 32 and qh byte l hold values 128h + l, +32, +64, +96)
+  Q6_K  the file's ql (32 words) and qh (16 words) by quarter: quarter (h, q) holds ql words
+        16h+4q.., ql words 16h+8+4q.. and qh words 8h+4q.. (4 each), the words one pass reads
+        together, so a super-block is read in address order; then the 16 int8 scales, d: fp16 (half
+        h's ql bytes l and l + 32 and qh byte l hold values 128h + l, +32, +64, +96)
 
 Q4_0, Q8_0 and Q6_K are a permutation of the file's bytes (18 / 34 / 210 per row and block); Q4_K
 and Q5_K grow by 4 bytes per row and super-block (144 -> 148, 176 -> 180: the 12 packed scale bytes
@@ -45,12 +47,17 @@ def nbytes(qtype, rows, cols):
     return -(-rows // ROWS) * ROWS * cols // values * packed
 
 
+# Q6_K's 48 quant words (the file's ql words 0..31, then qh words as 32..47) in layout order.
+Q6_ORDER = np.array([base + k for h in (0, 1) for q in (0, 1)
+                     for base in (16 * h + 4 * q, 16 * h + 8 + 4 * q, 32 + 8 * h + 4 * q) for k in range(4)])
+
+
 def _fields(qtype, blocks):
     """The block's fields in layout order, each uint8 [tasks, 32, nb, units, unit bytes]."""
     tasks, rows, nb, _ = blocks.shape
     if qtype == T.Q6_K:
-        return (blocks[..., :128].reshape(tasks, rows, nb, 32, 4), blocks[..., 128:192].reshape(tasks, rows, nb, 16, 4),
-                blocks[..., 192:208, None], blocks[..., None, 208:210])
+        words = blocks[..., :192].reshape(tasks, rows, nb, 48, 4)[..., Q6_ORDER, :]  # [tasks, 32, nb, 48, 4]
+        return words, blocks[..., 192:208, None], blocks[..., None, 208:210]
     if qtype in (T.Q4_K, T.Q5_K):
         sc, mn = _k4_scales(blocks[..., 4:16])  # [tasks, 32, nb, 8] each
         qh = (blocks[..., 16:48].reshape(tasks, rows, nb, 8, 4),) if qtype == T.Q5_K else ()
@@ -99,7 +106,10 @@ def unpack(qtype, packed, rows):
     elif qtype == T.Q5_K:
         qs, qh, sc, mn, d, dmin = fields
         fields = [d, dmin, _k4_pack(sc, mn), qh, qs]
-    elif qtype != T.Q6_K:  # Q4_0 / Q8_0 keep d first in the file (Q6_K's fields are in its order)
+    elif qtype == T.Q6_K:
+        words = fields[0].reshape(tasks, ROWS, -1, 48, 4)[..., np.argsort(Q6_ORDER), :]  # [tasks, 32, nb, 48, 4]
+        fields = [words.reshape(tasks, ROWS, -1, 192), *fields[1:]]
+    else:  # Q4_0 / Q8_0 keep d first in the file
         fields = [fields[1], fields[0] ^ np.uint8(0x80) if qtype == T.Q8_0 else fields[0]]
     return np.concatenate(fields, axis=3).reshape(tasks * ROWS, nb * block)[:rows]
 

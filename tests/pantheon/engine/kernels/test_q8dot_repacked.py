@@ -18,7 +18,8 @@ ROWS, COLS = 85, 512
 @pytest.mark.parametrize("qtype", (T.Q4_0, T.Q8_0))
 @pytest.mark.parametrize("n", (1, 3, 4, 5, 8, 11))
 @pytest.mark.parametrize("threads", (1, 2))
-def test_equal_to_the_zero_copy_kernels(qtype, n, threads):
+@pytest.mark.parametrize("ahead", (0, 4096))  # the prefetch distance moves no bit (kernels.stream)
+def test_equal_to_the_zero_copy_kernels(qtype, n, threads, ahead):
     rng = np.random.default_rng(int(qtype) * 100 + n)
     raw = random_blocks(qtype, ROWS, COLS, rng)
     acts = q8dot.Activations(rng.standard_normal((n, COLS)).astype(np.float32))
@@ -26,7 +27,7 @@ def test_equal_to_the_zero_copy_kernels(qtype, n, threads):
     q8dot.product(qtype, raw, acts, want)
     got = np.full((n, ROWS), np.nan, np.float32)  # [n, rows]
     kernel = q8dot.q4_0_repacked if qtype == T.Q4_0 else q8dot.q8_0_repacked
-    kernel(repack.pack(qtype, raw), ROWS, acts.xq, acts.xd, acts.xsum, got, threads)
+    kernel(repack.pack(qtype, raw), ROWS, acts.xq, acts.xd, acts.xsum, got, threads, ahead)
     np.testing.assert_array_equal(got, want)
 
 

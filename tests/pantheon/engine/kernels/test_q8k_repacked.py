@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not has_vnni(), reason="host has no AVX512-VNNI"
 ROWS, COLS = 85, 512
 
 
-def repacked_and_zero_copy(qtype, rows, cols, n, threads):
+def repacked_and_zero_copy(qtype, rows, cols, n, threads, ahead=4096):
     """(repacked kernel's [n, rows], zero-copy kernel's [n, rows]) for random blocks and vectors."""
     rng = np.random.default_rng(n)
     raw = random_blocks(qtype, rows, cols, rng)
@@ -25,15 +25,16 @@ def repacked_and_zero_copy(qtype, rows, cols, n, threads):
     q8k.product(qtype, raw, acts, want)
     got = np.full((n, rows), np.nan, np.float32)  # [n, rows]
     kernel = {T.Q4_K: q8k.q4_k_repacked, T.Q5_K: q8k.q5_k_repacked, T.Q6_K: q8k.q6_k_repacked}[qtype]
-    kernel(repack.pack(qtype, raw), rows, acts.xq, acts.xd, acts.bs16, got, threads)
+    kernel(repack.pack(qtype, raw), rows, acts.xq, acts.xd, acts.bs16, got, threads, ahead)
     return got, want
 
 
 @pytest.mark.parametrize("qtype", (T.Q4_K, T.Q5_K, T.Q6_K))
 @pytest.mark.parametrize("n", (1, 3, 4, 5, 8, 11, 17))
 @pytest.mark.parametrize("threads", (1, 2))
-def test_equal_to_the_zero_copy_kernels(qtype, n, threads):
-    np.testing.assert_array_equal(*repacked_and_zero_copy(qtype, ROWS, COLS, n, threads))
+@pytest.mark.parametrize("ahead", (0, 16384))  # the prefetch distance moves no bit (kernels.stream)
+def test_equal_to_the_zero_copy_kernels(qtype, n, threads, ahead):
+    np.testing.assert_array_equal(*repacked_and_zero_copy(qtype, ROWS, COLS, n, threads, ahead))
 
 
 @pytest.mark.parametrize("qtype", (T.Q4_K, T.Q5_K, T.Q6_K))

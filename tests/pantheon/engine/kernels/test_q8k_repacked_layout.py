@@ -3,7 +3,7 @@
 from gguf import GGMLQuantizationType as T
 
 from pantheon.engine.kernels import q8k_repacked_layout as lay
-from pantheon.engine.kernels.repack import LAYOUTS, ROWS
+from pantheon.engine.kernels.repack import LAYOUTS, Q6_ORDER, ROWS
 
 
 def test_q4_k_fields_end_where_the_super_block_ends():
@@ -18,6 +18,20 @@ def test_q5_k_is_its_qh_words_then_q4_k():
 
 
 def test_q6_k_fields_end_where_the_super_block_ends():
-    assert (lay.QH6, lay.SC6 - lay.QH6, lay.D6 - lay.SC6) == (128 * ROWS, 64 * ROWS, 16 * ROWS)
+    assert (lay.SC6, lay.D6 - lay.SC6) == (192 * ROWS, 16 * ROWS)  # ql and qh words, then the scales
     assert lay.D6 + 2 * ROWS == lay.GB6 == LAYOUTS[T.Q6_K][2] * ROWS
     assert lay.WORD == 4 * ROWS
+
+
+def test_q6_k_words_lie_where_kernels_repack_put_them():
+    """word6's place of each (half, w, part) holds the file word repack.Q6_ORDER put there, and a pass in
+    (half, w // 4, part, w % 4) order reads the 48 words in address order."""
+    seen = []
+    for half in range(2):
+        for q in range(2):
+            for part, file_word in enumerate((16 * half + 4 * q, 16 * half + 8 + 4 * q, 32 + 8 * half + 4 * q)):
+                for k in range(4):
+                    at = lay.word6.py_func(0, half, 4 * q + k, part)
+                    assert at % lay.WORD == 0 and Q6_ORDER[at // lay.WORD] == file_word + k
+                    seen.append(at // lay.WORD)
+    assert seen == list(range(48))

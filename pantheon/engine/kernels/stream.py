@@ -1,0 +1,34 @@
+"""How far ahead of its reads a repacked kernel prefetches its weight stream, per host microarchitecture.
+
+Decode streams every weight from DRAM once per step, so how the stream is fetched sets its speed. The
+two hosts these kernels were measured on want different things (docs/performance.md, "Weight streams
+on Zen 4"):
+- Intel (a Sapphire Rapids-class Xeon VM): without a software prefetch the Q4_0 1-vector kernel
+  waited on memory for more than half its time; 4096 bytes ahead halved that.
+- AMD Zen 4: a single-vector pass reads its task in address order and the hardware prefetcher follows
+  it, while software prefetches only slow it (a TinyLlama-shaped model's Q4_0 matrices, one vector:
+  16.9 ms a step with none against 19.4 at 4096 bytes ahead). Passes of 4 vectors read a block twice
+  and need the software prefetch, the farther the better up to 64 KiB (Q4_0 at 8 vectors: 40.2 ms
+  with none, 29.0 at 4096, 27.5 at 65536), and so does Q6_K at every batch size (its ffn_down
+  matrices, one vector: 6.3 ms with none, 4.4-4.5 at 32-64 KiB).
+"""
+
+import functools
+
+import llvmlite.binding as llb
+from gguf import GGMLQuantizationType as T
+
+# Bytes ahead, where no measurement says otherwise.
+DEFAULT_AHEAD = 4096
+# Bytes ahead on Zen, where a kernel's passes do not read their stream in address order.
+ZEN_AHEAD = 65536
+
+
+@functools.cache
+def prefetch_ahead(qtype, n, cpu=None):
+    """Bytes ahead of its reads that a repacked `qtype` kernel over `n` vectors asks for its weight stream
+    (0: none, the hardware prefetcher's alone) on this host, or on the one llvm names `cpu`."""
+    name = cpu if cpu is not None else llb.get_host_cpu_name()
+    if not name.startswith("znver"):
+        return DEFAULT_AHEAD
+    return 0 if n < 4 and T(qtype) != T.Q6_K else ZEN_AHEAD
