@@ -20,7 +20,7 @@ from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5, QH5_BYTES, SC, SC6, WORD,
-                                                         quants, word6)
+                                                         quants, word6, words6)
 from pantheon.engine.kernels.q8k_repacked_tiles import tiled
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
@@ -177,9 +177,7 @@ def _four6(p, t, g, xq, xd, bs16, i, b, acc):
             c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
             d0, d1, d2, d3 = izero16(), izero16(), izero16(), izero16()
             for w in range(4 * q, 4 * q + 4):
-                ql = wload16(row, word6(o, half, w, 0) + h)
-                qm = wload16(row, word6(o, half, w, 1) + h)
-                qh = wload16(row, word6(o, half, w, 2) + h)
+                ql, qm, qh = words6(row, o, half, w, h)
                 xo = b * QK_K + 128 * half + 4 * w
                 v = six_a(ql, qh)
                 a0, a1 = vdot16(a0, v, x0, xo), vdot16(a1, v, x1, xo)
@@ -256,9 +254,7 @@ def _quarter6(row, o, h, half, q, x0, b):
     """Vector x0's four value-group dots of one quarter (rows 16g.., h = 64g) of a Q6_K super-block."""
     a0, b0, c0, d0 = izero16(), izero16(), izero16(), izero16()
     for w in range(4 * q, 4 * q + 4):
-        ql = wload16(row, word6(o, half, w, 0) + h)
-        qm = wload16(row, word6(o, half, w, 1) + h)
-        qh = wload16(row, word6(o, half, w, 2) + h)
+        ql, qm, qh = words6(row, o, half, w, h)
         xo = b * QK_K + 128 * half + 4 * w
         a0, b0 = vdot16(a0, six_a(ql, qh), x0, xo), vdot16(b0, six_b(qm, qh), x0, xo + 32)
         c0, d0 = vdot16(c0, six_c(ql, qh), x0, xo + 64), vdot16(d0, six_d(qm, qh), x0, xo + 96)

@@ -7,11 +7,10 @@ from pantheon.engine.kernels.jit import inline
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8k_lanes import pass1, pass4
 from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5_BYTES, SC, SC6, WORD,
-                                                         quants, word6)
+                                                         quants, words6)
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import (bload16, hload16, imacs16, sbload16, six_a, six_b, six_c, six_d,
-                                                wload16)
+from pantheon.engine.kernels.simd_lanes import bload16, hload16, imacs16, sbload16, six_a, six_b, six_c, six_d
 
 
 @inline
@@ -21,9 +20,7 @@ def _unpack6(row, o, g, b, qt32, sv, mn, dt, dm):
     h = 16 * g
     for half in range(2):
         for w in range(8):
-            ql = wload16(row, word6(o, half, w, 0) + 4 * h)
-            qm = wload16(row, word6(o, half, w, 1) + 4 * h)
-            qh = wload16(row, word6(o, half, w, 2) + 4 * h)
+            ql, qm, qh = words6(row, o, half, w, 4 * h)
             word = b * 64 + 32 * half + w  # of value 128·half + 4w: then +32, +64, +96 values
             store16(qt32, word * ROWS + h, six_a(ql, qh))
             store16(qt32, (word + 8) * ROWS + h, six_b(qm, qh))
