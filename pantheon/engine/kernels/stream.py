@@ -10,7 +10,8 @@ on Zen 4"):
   16.9 ms a step with none against 19.4 at 4096 bytes ahead). Passes of 4 vectors read a block twice
   and need the software prefetch, the farther the better up to 64 KiB (Q4_0 at 8 vectors: 40.2 ms
   with none, 29.0 at 4096, 27.5 at 65536), and so does Q6_K at every batch size (its ffn_down
-  matrices, one vector: 6.3 ms with none, 4.4-4.5 at 32-64 KiB).
+  matrices, one vector: 6.3 ms with none, 4.4-4.5 at 32-64 KiB). Q5_K follows Q4_K unmeasured (no Q5_K
+  model was benchmarked on Zen 4).
 """
 
 import functools
