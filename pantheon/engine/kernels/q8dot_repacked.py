@@ -17,6 +17,7 @@ from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd import prefetch_l2
 from pantheon.engine.kernels.simd512 import ibcast16, store16
 from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, vdot16, wload16
+from pantheon.engine.kernels.steal import claim, counters, run_of
 
 QK = 32
 # Bytes of one quant word of all 32 rows, and of its first 16 rows.
@@ -125,15 +126,23 @@ def _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp, ahead):
 
 @inline
 def _products(p, rows, xq, xd, xsum, out, zero, words, threads, ahead):
-    """out [n, rows]: each of `threads` workers streams one contiguous run of tasks."""
+    """out [n, rows]: each of `threads` workers streams one contiguous run of tasks, then steals from the
+    others' (kernels.steal)."""
     tasks, n = p.shape[0], xq.shape[0]
     workers = max(1, min(tasks, threads))
     per = -(-tasks // workers)
+    cnt = counters(workers)
     for wk in prange(workers):
         acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
         tmp = np.empty(16, np.float32)  # [16] one ragged row group
-        for t in range(wk * per, min(tasks, (wk + 1) * per)):
-            _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp, ahead)
+        for j in range(workers):
+            s = (wk + j) % workers
+            lo, hi = run_of(s, per, tasks)
+            taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
+            while t >= 0:
+                _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp, ahead)
+                taken += 1
+                t = claim(cnt, s, j == 0, lo, hi, taken)
 
 
 @exact

@@ -27,6 +27,7 @@ from pantheon.engine.kernels.simd512 import izero16, store16
 from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, hi16, imac16, imacs16,
                                                 lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d, spair16,
                                                 vdot16, wdot16, wload16)
+from pantheon.engine.kernels.steal import claim, counters, run_of
 
 # From this many vectors on (prefill), a task is unpacked once into q8k_lanes' tile of 8-bit quants and
 # its passes are vpdpbusd alone: splitting nibbles and scaling per pass of 4 vectors cost more there
@@ -318,11 +319,13 @@ def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr, ahead):
 
 @inline
 def _products(bits, p, rows, xq, xd, bs16, out, threads, ahead):
-    """out [n, rows]: each of `threads` workers streams one contiguous run of tasks; from TILED_FROM
-    vectors on, each task is unpacked once into q8k_lanes' tile first."""
+    """out [n, rows]: each of `threads` workers streams one contiguous run of tasks, then steals from the
+    others' (kernels.steal); from TILED_FROM vectors on, each task is unpacked once into q8k_lanes' tile
+    first."""
     tasks, n, cols = p.shape[0], xq.shape[0], xq.shape[1]
     workers = max(1, min(tasks, threads))
     per = -(-tasks // workers)
+    cnt = counters(workers)
     for wk in prange(workers):
         acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
         tmp = np.empty(16, np.float32)  # [16] one ragged row group
@@ -333,11 +336,17 @@ def _products(bits, p, rows, xq, xd, bs16, out, threads, ahead):
         mn = np.empty(cols // 16 * ROWS if many else 0, np.int32)  # [cols/16, 32] mins in row lanes
         dt = np.empty(cols // QK_K * ROWS if many else 0, np.float32)  # [nb, 32] d in row lanes
         dm = np.empty(cols // QK_K * ROWS if many else 0, np.float32)  # [nb, 32] dmin in row lanes
-        for t in range(wk * per, min(tasks, (wk + 1) * per)):
-            if many:
-                tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
-            else:
-                _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr, ahead)
+        for j in range(workers):
+            s = (wk + j) % workers
+            lo, hi = run_of(s, per, tasks)
+            taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
+            while t >= 0:
+                if many:
+                    tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
+                else:
+                    _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr, ahead)
+                taken += 1
+                t = claim(cnt, s, j == 0, lo, hi, taken)
 
 
 @exact
