@@ -6,8 +6,13 @@ and restarted workers share its page cache as they share the model's, and the mo
 of those tensors go cold. The key hashes the model file's identity (path, device, inode, size, mtime) and
 the layout version, so a replaced model file never meets an old sidecar.
 
-File: MAGIC, a little-endian u32 header length, the JSON header ({"key", "source", "tensors": {name:
-{"qtype", "rows", "cols", "offset", "shape"}}}), then each tensor at a page-aligned offset. A file is
+Matrices that multiply one input and share a type and width (a block's attn_q, attn_k, attn_v; ffn_gate,
+ffn_up) are written back to back as a stack (weights.Stack), which one kernel call reads as one matrix:
+decode pays one call, one thread fork and one stream start instead of one per member.
+
+File: MAGIC, a little-endian u32 header length, the JSON header ({"key", "source", "stacks": [[name, ...]],
+"tensors": {name: {"qtype", "rows", "cols", "offset", "shape"}}}), then each tensor at a page-aligned
+offset, except that a stack's later members follow the one before them directly. A file is
 written under another name, fsynced and renamed into place under an exclusive lock, so a reader sees
 a whole file or none, and replicas loading at once build it once. Anything wrong with a sidecar (a
 short or foreign file, a header that does not match the model) makes it rebuilt; a directory that
@@ -31,11 +36,12 @@ from pantheon.engine import sizes
 from pantheon.engine.kernels import repack
 from pantheon.engine.kernels.simd import has_vnni
 from pantheon.engine.model_weights import map_weights, matrices
+from pantheon.engine.weights import Stack
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"PNTHRPK1"
-VERSION = 5  # of the layouts in kernels.repack: part of every key
+VERSION = 6  # of the layouts in kernels.repack and the stacks: part of every key
 ALIGN = 4096
 # Rows packed at a time while writing (a multiple of the task's 32): the scratch of a vocabulary-sized
 # matrix stays a few MiB.
@@ -54,12 +60,49 @@ def attach(weights, model_path, directory=None):
     if not targets:
         return weights
     directory = pathlib.Path(directory or sizes.REPACK_DIR).expanduser()
+    runs = stack_runs(weights.blocks, targets)
     try:
-        views = _load(directory, pathlib.Path(model_path), targets)
+        views, stacks = _load(directory, pathlib.Path(model_path), _ordered(targets, runs), runs)
     except OSError as e:
         log.warning("repacked weights unavailable (%s); %s serves from its file's layout", e, model_path)
         return weights
-    return map_weights(weights, lambda w: replace(w, packed=views[w.name]) if w.name in views else w)
+    return map_weights(weights, lambda w: replace(w, packed=views[w.name], stack=stacks.get(w.name))
+                       if w.name in views else w)
+
+
+def stack_runs(blocks, targets):
+    """[(name, ...)]: each block's (attn_q, attn_k, attn_v) and (ffn_gate, ffn_up) split into runs of
+    `targets` members that can be read as one matrix, of two or more."""
+    packable = {id(w) for w in targets}
+    runs = [run for blk in blocks for group in ((blk.wq, blk.wk, blk.wv), (blk.gate, blk.up))
+            for run in _runs(group, packable)]
+    return [tuple(w.name for w in run) for run in runs if len(run) > 1]
+
+
+def _runs(group, packable):
+    """`group`'s maximal runs of packable matrices in which each follows the one before (_joins)."""
+    runs = [[]]
+    for w in group:
+        if w is None or id(w) not in packable:
+            runs.append([])
+        elif runs[-1] and not _joins(runs[-1][-1], w):
+            runs.append([w])
+        else:
+            runs[-1].append(w)
+    return runs
+
+
+def _joins(a, b):
+    """True when b can follow a in one stack: one type and width, and a ending on a whole task (the kernels
+    number a stack's rows straight through its tasks)."""
+    return (a.qtype, a.cols) == (b.qtype, b.cols) and a.rows % repack.ROWS == 0
+
+
+def _ordered(targets, runs):
+    """`targets` with each run's members together, in its order, where its first member stood."""
+    by_name, first = {w.name: w for w in targets}, {run[0]: run for run in runs}
+    later = {name for run in runs for name in run[1:]}
+    return [by_name[n] for w in targets if w.name not in later for n in first.get(w.name, (w.name,))]
 
 
 def sidecar_path(directory, model_path):
@@ -69,36 +112,41 @@ def sidecar_path(directory, model_path):
     return directory / f"{model_path.stem[:48]}-{hashlib.sha256(ident.encode()).hexdigest()[:24]}.repack"
 
 
-def _load(directory, model_path, targets):
-    """{name: read-only packed view} from the sidecar, built under the lock when absent or invalid."""
+def _load(directory, model_path, targets, runs):
+    """({name: read-only packed view}, {first member's name: Stack}) from the sidecar, built under the lock
+    when absent or invalid."""
     path = sidecar_path(directory, model_path)
-    header = _plan(path, model_path, targets)
-    views = _open(path, header)
-    if views is not None:
-        return views
+    header = _plan(path, model_path, targets, runs)
+    mapped = _open(path, header)
+    if mapped is not None:
+        return mapped
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "a+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released on close: a crashed builder never holds it
-        views = _open(path, header)
-        if views is None:
+        mapped = _open(path, header)
+        if mapped is None:
             _build(path, header, targets)
             _prune(directory, keep=path)
-            views = _open(path, header)
-    if views is None:
+            mapped = _open(path, header)
+    if mapped is None:
         raise OSError(f"{path} did not read back as written")
-    return views
+    return mapped
 
 
-def _plan(path, model_path, targets):
-    """The header a valid sidecar for `targets` has: every tensor's place and shape."""
-    tensors, offset = {}, 0
+def _plan(path, model_path, targets, runs):
+    """The header a valid sidecar for `targets` (each run's members together) has: every tensor's place and
+    shape, a stack's later members right after the one before (whole tasks of 64-byte multiples: the
+    kernels' aligned loads stay aligned)."""
+    tensors, offset, later = {}, 0, {name for run in runs for name in run[1:]}
     for w in targets:
         size = repack.nbytes(w.qtype, w.rows, w.cols)
         tasks = -(-w.rows // repack.ROWS)
+        offset = offset if w.name in later else -(-offset // ALIGN) * ALIGN
         tensors[w.name] = {"qtype": int(w.qtype), "rows": w.rows, "cols": w.cols, "offset": offset,
                            "shape": [tasks, size // tasks]}
-        offset += -(-size // ALIGN) * ALIGN
-    return {"key": path.stem.rsplit("-", 1)[-1], "source": str(model_path.resolve()), "tensors": tensors}
+        offset += size
+    return {"key": path.stem.rsplit("-", 1)[-1], "source": str(model_path.resolve()),
+            "stacks": [list(run) for run in runs], "tensors": tensors}
 
 
 def _encode(header):
@@ -109,7 +157,8 @@ def _encode(header):
 
 
 def _open(path, header):
-    """{name: view} when `path` holds exactly `header`'s sidecar in full, else None."""
+    """({name: view}, {first member's name: Stack}) when `path` holds exactly `header`'s sidecar in full,
+    else None."""
     try:
         with open(path, "rb") as f:
             want = _encode(header)
@@ -124,7 +173,15 @@ def _open(path, header):
         if len(want) + t["offset"] + count > len(mm):
             return None
         views[name] = np.frombuffer(mm, np.uint8, count, len(want) + t["offset"]).reshape(t["shape"])
-    return views
+    return views, {run[0]: _stack(mm, len(want), header["tensors"], run) for run in header["stacks"]}
+
+
+def _stack(mm, start, tensors, run):
+    """The Stack of `run`'s members, one view over their back-to-back tasks."""
+    first, ts = tensors[run[0]], [tensors[name] for name in run]
+    tasks = sum(t["shape"][0] for t in ts)
+    view = np.frombuffer(mm, np.uint8, tasks * first["shape"][1], start + first["offset"])
+    return Stack(tuple(run), tuple(t["rows"] for t in ts), view.reshape(tasks, first["shape"][1]))
 
 
 def _build(path, header, targets):

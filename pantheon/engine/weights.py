@@ -9,12 +9,31 @@ from pantheon.engine.kernels.contract import read_only
 
 
 @dataclass(frozen=True, eq=False)
+class Stack:
+    """Matrices that multiply one input (a block's attn_q, attn_k, attn_v; ffn_gate, ffn_up) repacked back to
+    back in the sidecar (engine.repacked): one kernel call reads `packed` as one matrix of sum(rows) rows
+    where the members would take one call each, the same operations per row, so the same bits."""
+
+    names: tuple
+    rows: tuple
+    packed: np.ndarray
+
+    def __post_init__(self):
+        object.__setattr__(self, "packed", read_only(self.packed))
+
+    def serves(self, ws, i):
+        """True when ws[i:] starts with this stack's members, in order."""
+        return len(ws) - i >= len(self.names) and all(w.name == n for w, n in zip(ws[i:], self.names))
+
+
+@dataclass(frozen=True, eq=False)
 class Weight:
     """`rows` output features of `cols` inputs each; `raw` holds the file's bytes, never a copy.
 
     raw: uint8 [rows, row_bytes] where row_bytes = cols / block_elems * block_bytes of `qtype`.
     packed: None, or the same matrix in the repacked row-lane layout (kernels.repack), a zero-copy view
     of its sidecar file (engine.repacked; Q4_0, Q8_0, Q4_K, Q5_K, Q6_K); products then read it instead of raw.
+    stack: None, or (on the first member only) the Stack this matrix leads in the sidecar.
     """
 
     name: str
@@ -23,6 +42,7 @@ class Weight:
     cols: int
     raw: np.ndarray
     packed: Optional[np.ndarray] = None
+    stack: Optional[Stack] = None
 
     def __post_init__(self):
         assert self.raw.dtype == np.uint8 and self.raw.ndim == 2, self.name

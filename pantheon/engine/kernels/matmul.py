@@ -1,6 +1,8 @@
 """Matrix products of raw-block weights with float32 activations: gemv for few rows (for F16 / BF16, whose
 tiled gemv beats BLAS, at any count), dequantized tiles + BLAS for many."""
 
+import functools
+
 import numba
 import numpy as np
 
@@ -13,6 +15,10 @@ from pantheon.engine.sizes import TILE_BYTES
 # gemv costs grow with every vector (Q4_0 2048x5632: ~1.6 ms each on one core) while the tile path
 # pays one dequantization (~12 ms) and a cheap sgemm.
 GEMV_MAX_BATCH = 8
+# Up to this many activation rows a stack (weights.Stack) takes one kernel call: decode, where each call's
+# thread fork and join and its stream's start count; above it the members' separate calls leave each
+# output contiguous without a copy.
+STACK_MAX_BATCH = 16
 # Threads for the dequantization ahead of sgemm: running it on numba's pool while OpenBLAS's workers
 # still spin from the previous sgemm made it slower than one thread (measured at 2 threads).
 DEQUANT_THREADS = 1
@@ -42,26 +48,59 @@ def qmatmul(ws, x):
     That rounding is the one llama.cpp applies before its quantized dot products (so logits track
     llama.cpp's, not the exact float product): per 256 (Q8_K) for K-quants wherever AVX2 runs (q8k:
     integer sums per super-block, faster than the VNNI kernels for them at every n measured), per 32
-    for Q4_0 / Q8_0 through the VNNI kernels (q8dot); weights without either get the exact matmul."""
-    n, acts, kacts, outs = x.shape[0], None, None, []
-    for w in ws:
-        out = np.empty((n, w.rows), dtype=np.float32)  # [n, rows]
-        if w.packed is not None and q8k.supports(w.qtype, w.cols):
-            kacts = kacts or q8k.activations(x)
-            q8k.product_repacked(w.qtype, w.packed, w.rows, kacts, out)
-        elif w.packed is not None:
-            acts = acts or q8dot.Activations(x)
-            q8dot.product_repacked(w.qtype, w.packed, w.rows, acts, out)
-        elif q8k.supports(w.qtype, w.cols):
-            kacts = kacts or q8k.activations(x)
-            q8k.product(w.qtype, w.raw, kacts, out)
-        elif q8dot.supports(w.qtype):
-            acts = acts or q8dot.Activations(x)
-            q8dot.product(w.qtype, w.raw, acts, out)
+    for Q4_0 / Q8_0 through the VNNI kernels (q8dot); weights without either get the exact matmul.
+    Members of a repacked stack (weights.Stack) in order take one call for the stack, up to
+    STACK_MAX_BATCH rows."""
+    acts, outs, i = _Acts(x), [], 0
+    while i < len(ws):
+        s = ws[i].stack
+        if s is not None and acts.n <= STACK_MAX_BATCH and s.serves(ws, i):
+            outs.extend(_stacked(ws[i], s, acts))
+            i += len(s.names)
         else:
-            matmul(w, x, out)
-        outs.append(out)
+            outs.append(_product(ws[i], ws[i].packed, ws[i].rows, acts))
+            i += 1
     return outs
+
+
+class _Acts:
+    """Activations x [n, cols], rounded to int8 on first need, once per rounding, for every weight."""
+
+    def __init__(self, x):
+        self.x, self.n = x, x.shape[0]
+
+    @functools.cached_property
+    def q8k(self):
+        return q8k.activations(self.x)  # per 256, Q8_K
+
+    @functools.cached_property
+    def q8(self):
+        return q8dot.Activations(self.x)  # per 32, Q8_0
+
+
+def _product(w, packed, rows, acts):
+    """float32 [n, rows]: acts.x times w, or times `packed` (w's repacked copy, or the stack w leads,
+    of `rows` rows) when not None."""
+    out = np.empty((acts.n, rows), dtype=np.float32)  # [n, rows]
+    if packed is not None and q8k.supports(w.qtype, w.cols):
+        q8k.product_repacked(w.qtype, packed, rows, acts.q8k, out)
+    elif packed is not None:
+        q8dot.product_repacked(w.qtype, packed, rows, acts.q8, out)
+    elif q8k.supports(w.qtype, w.cols):
+        q8k.product(w.qtype, w.raw, acts.q8k, out)
+    elif q8dot.supports(w.qtype):
+        q8dot.product(w.qtype, w.raw, acts.q8, out)
+    else:
+        matmul(w, acts.x, out)
+    return out
+
+
+def _stacked(w, s, acts):
+    """Stack s's members' outputs (w leads it), float32 [n, rows] each, from one call over its rows."""
+    out = _product(w, s.packed, sum(s.rows), acts)  # [n, sum(rows)]
+    ends = np.cumsum(s.rows)  # [members]
+    # contiguous like an unstacked output (one compiled signature downstream); a view when n is 1
+    return [np.ascontiguousarray(out[:, e - r:e]) for r, e in zip(s.rows, ends)]  # [n, r] each
 
 
 def _dequant_serially(k, raw, tile):

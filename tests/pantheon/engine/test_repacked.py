@@ -7,12 +7,14 @@ import shutil
 
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType as T
 
 from pantheon.demo import demo_model_path
 from pantheon.engine import repacked
-from pantheon.engine.kernels import q8dot
+from pantheon.engine.kernels import matmul, q8dot
 from pantheon.engine.model import open_model
-from pantheon.engine.model_weights import matrices
+from pantheon.engine.model_weights import Block, matrices
+from pantheon.engine.weights import Weight
 
 pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="the repacked kernels need AVX512-VNNI")
 
@@ -134,3 +136,43 @@ def test_leftovers_of_a_dead_builder_and_orphans_are_pruned(model_file, tmp_path
     open_model(str(model_file), repack_dir=rp)
     assert [p.name.startswith("demo-") for p in sidecars(rp)] == [True]
     assert not list(rp.glob(".*.tmp"))
+
+
+def test_same_input_matrices_are_stacked_back_to_back_in_the_sidecar(model_file, tmp_path):
+    model = open_model(str(model_file), threads=2, repack_dir=tmp_path / "rp")
+    for blk in model.weights.blocks:
+        for members in ((blk.wq, blk.wk, blk.wv), (blk.gate, blk.up)):
+            s = members[0].stack
+            assert s.names == tuple(w.name for w in members) and s.rows == tuple(w.rows for w in members)
+            assert all(w.stack is None for w in members[1:])
+            np.testing.assert_array_equal(s.packed, np.concatenate([w.packed for w in members]))
+            assert not s.packed.flags.owndata and not s.packed.flags.writeable  # a view of the mapped file
+            for a, b in zip(members, members[1:]):  # each member starts where the one before ends
+                assert a.packed.ctypes.data + a.packed.nbytes == b.packed.ctypes.data
+            assert s.packed.ctypes.data % 64 == 0 == members[-1].packed.ctypes.data % 64
+        assert blk.wo.stack is None and blk.down.stack is None
+
+
+@pytest.mark.parametrize("n", [1, 3, matmul.STACK_MAX_BATCH + 1])
+def test_a_stack_s_one_call_gives_its_members_bits(model_file, tmp_path, n):
+    blk = open_model(str(model_file), threads=2, repack_dir=tmp_path / "rp").weights.blocks[0]
+    x = np.random.default_rng(n).standard_normal((n, blk.wq.cols)).astype(np.float32)  # [n, dim]
+    ws = (blk.wq, blk.wk, blk.wv, blk.wo, blk.gate, blk.up)
+    for got, w in zip(matmul.qmatmul(ws, x), ws):
+        assert got.shape == (n, w.rows) and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, matmul.qmatmul([w], x)[0])
+
+
+def _weight(name, qtype, rows, cols=256):
+    return Weight(name, int(qtype), rows, cols, np.zeros((rows, 1), np.uint8))
+
+
+def test_stacks_split_where_type_or_width_changes_or_a_member_ends_mid_task():
+    q, k, v6 = _weight("q", T.Q4_K, 64), _weight("k", T.Q4_K, 32), _weight("v", T.Q6_K, 32)
+    g, u = _weight("g", T.Q4_K, 40), _weight("u", T.Q4_K, 64)  # g ends 8 rows into a task
+    blocks = [Block(None, None, None, wq=q, wk=k, wv=v6, gate=g, up=u)]
+    assert repacked.stack_runs(blocks, [q, k, v6, g, u]) == [("q", "k")]
+    wide = _weight("k", T.Q4_K, 32, cols=512)
+    blocks = [Block(None, None, None, wq=q, wk=wide, wv=_weight("v", T.Q4_K, 32, cols=512))]
+    assert repacked.stack_runs(blocks, [q, wide, blocks[0].wv]) == [("k", "v")]
+    assert repacked.stack_runs(blocks, [q, blocks[0].wv]) == []  # k not repacked: no run spans it
