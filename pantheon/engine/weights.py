@@ -20,6 +20,9 @@ class Stack:
 
     def __post_init__(self):
         object.__setattr__(self, "packed", read_only(self.packed))
+        ends = np.cumsum(self.rows).tolist()
+        # each member's output columns (start, end) in the stack's product, worked out once, not per call
+        object.__setattr__(self, "spans", tuple(zip([0, *ends[:-1]], ends)))
 
     def serves(self, ws, i):
         """True when ws[i:] starts with this stack's members, in order."""

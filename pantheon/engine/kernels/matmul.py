@@ -97,10 +97,9 @@ def _product(w, packed, rows, acts):
 
 def _stacked(w, s, acts):
     """Stack s's members' outputs (w leads it), float32 [n, rows] each, from one call over its rows."""
-    out = _product(w, s.packed, sum(s.rows), acts)  # [n, sum(rows)]
-    ends = np.cumsum(s.rows)  # [members]
+    out = _product(w, s.packed, s.spans[-1][1], acts)  # [n, sum(rows)]
     # contiguous like an unstacked output (one compiled signature downstream); a view when n is 1
-    return [np.ascontiguousarray(out[:, e - r:e]) for r, e in zip(s.rows, ends)]  # [n, r] each
+    return [np.ascontiguousarray(out[:, a:e]) for a, e in s.spans]  # [n, rows] each
 
 
 def _dequant_serially(k, raw, tile):
