@@ -6,7 +6,9 @@ tiny shape (the CPU half, in the simulator, in CI).
 
 import argparse
 import json
+import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -113,13 +115,42 @@ def main():
     report = {"device": "simulator" if b.sim else "cuda0", "copy_bytes_s": copy,
               "launch_s": launch_cost(b)}
     for mix in args.mixes.split(","):
-        report[mix] = with_ratios(mix_figures(b, mix, shape, prompt, steps, streams), report, streams)
+        report[mix] = guarded(lambda: with_ratios(mix_figures(b, mix, shape, prompt, steps, streams), report,
+                                                  streams))
+        progress(report)
     if args.torch:
         from benchmarks.gpu_torch_ref import torch_figures
 
-        report["torch_fp16"] = torch_figures(shape, prompt, steps)
+        report["torch_fp16"] = guarded(lambda: torch_figures(shape, prompt, steps))
+    report["bars"] = bars(report, streams)
     print_table(report, args.mixes.split(","), streams)
     print(json.dumps(report))
+
+
+def bars(report, streams):
+    """#12's device bars on Q4_0, each True/False (None where a figure is missing)."""
+    q, t = report.get("Q4_0", {}), report.get("torch_fp16", {})
+    if "decode_tok_s" not in q:
+        return None
+    torch_decode = t.get("decode_tok_s")
+    return {"decode_roof_ge_0.3": q["decode_roof_ratio"] >= 0.3,
+            "decode_ahead_of_torch_fp16": None if torch_decode is None else q["decode_tok_s"] > torch_decode,
+            f"{streams}x_ge_4x_one_stream": q[f"decode_{streams}x_tok_s"] >= 4 * q["decode_tok_s"],
+            "prefill_ge_5000": q["prefill_tok_s"] >= 5000}
+
+
+def guarded(measure):
+    """measure()'s figures, or the error that stopped it: a device run is too scarce to lose the other mixes."""
+    try:
+        return measure()
+    except Exception as e:
+        traceback.print_exc()
+        return {"error": f"{type(e).__name__}: {e}"[:1000]}
+
+
+def progress(report):
+    """The figures so far, on stderr: what a run stopped by its time limit still tells."""
+    print(json.dumps(report), file=sys.stderr, flush=True)
 
 
 def with_ratios(fig, report, streams):
@@ -142,9 +173,17 @@ def print_table(report, mixes, streams):
           f"{f'f32act {streams}x':>11} {'roof':>6} {'launches':>8}")
     for mix in mixes:
         f = report[mix]
+        if "error" in f:
+            print(f"{mix:8} failed: {f['error']}")
+            continue
         print(f"{mix:8} {f['prefill_tok_s']:9.1f} {f['decode_tok_s']:8.1f} {f['decode_eager_tok_s']:8.1f} "
               f"{f['decode_f32act_tok_s']:8.1f} {f[f'decode_{streams}x_tok_s']:8.1f} "
               f"{f[f'decode_f32act_{streams}x_tok_s']:11.1f} {f['decode_roof_ratio']:6.3f} {f['launches_per_step']:8d}")
+    t = report.get("torch_fp16")
+    if t is not None:
+        line = t.get("error") or f"prefill {t['prefill_tok_s']:.1f}, decode {t['decode_tok_s']:.1f} tokens/s"
+        print(f"torch fp16 reference (Q4_0's weights dequantized): {line}")
+    print(f"bars (Q4_0): {report['bars']}")
 
 
 if __name__ == "__main__":
