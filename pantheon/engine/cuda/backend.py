@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pantheon.engine.cuda import compat
 from pantheon.errors import UnsupportedDevice
 
 
@@ -208,6 +209,7 @@ def open_backend(ordinal):
         from numba import config, cuda
     except ImportError as e:
         raise UnsupportedDevice(f"cuda{ordinal}: numba is not installed ({e})") from None
+    compat.numpy_aliases()
     if config.ENABLE_CUDASIM:
         from pantheon.engine.cuda import simfast
 

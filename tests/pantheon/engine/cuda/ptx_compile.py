@@ -8,7 +8,7 @@ from numba import cuda
 from numba import types as t
 from numba.cuda import dispatcher
 
-from pantheon.engine.cuda import layers, matvec, matvec8
+from pantheon.engine.cuda import compat, layers, matvec, matvec8
 
 U16_3, F32_1, F32_2 = t.Array(t.uint16, 3, "C"), t.Array(t.float32, 1, "C"), t.Array(t.float32, 2, "C")
 F16_2, F16_5 = t.Array(t.float16, 2, "C"), t.Array(t.float16, 5, "C")
@@ -30,6 +30,7 @@ SIGNATURES = {
 
 
 def main():
+    compat.numpy_aliases()
     # device functions compile for "the current device": name sm_90 instead of asking a driver
     dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=(9, 0))
     for kernel, sig in SIGNATURES.items():
