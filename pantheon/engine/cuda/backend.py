@@ -26,6 +26,7 @@ class Geometry:
         return max(1, min(self.max_grid, -(-items // per_block)))
 
 
+VIEW_CACHE = 4096  # numba views of CuPy arrays kept for launches: a model's weights, workspaces and pool
 GPU_GEOMETRY = Geometry(lanes=32, rows=4, threads=256, max_grid=1 << 16)
 # The simulator runs every CUDA thread as a Python thread: one thread, grid-strided, is fastest there.
 SIM_GEOMETRY = Geometry(lanes=1, rows=1, threads=1, max_grid=1)
@@ -47,6 +48,7 @@ class Backend:
         self.sim = xp is np
         self.geometry = geometry or (SIM_GEOMETRY if self.sim else GPU_GEOMETRY)
         self._nb_stream = cuda.external_stream(stream.ptr) if stream is not None else 0
+        self._views = {}  # (pointer, shape, strides, dtype) -> numba device array over that memory
         self.launches = 0
         self._tape = None  # while a step is captured: the simulator's list of launches (True on a GPU)
 
@@ -60,7 +62,8 @@ class Backend:
         """`kernel` configured for this device's stream; while the simulator captures, a recorder of the call."""
         self.launches += 1  # Python-side launches: a benchmark states them per decode step
         if not self.sim:
-            return kernel[grid, block, self._nb_stream]
+            configured = kernel[grid, block, self._nb_stream]
+            return lambda *args: configured(*[self._view(a) if isinstance(a, self.xp.ndarray) else a for a in args])
         configured = kernel[grid, block]
         if self._tape is None:
             return configured
@@ -90,6 +93,24 @@ class Backend:
             self._tape = None
         graph = self.stream.end_capture()
         return lambda: graph.launch(self.stream)
+
+    def _view(self, arr):
+        """A numba device array over CuPy array `arr`'s memory, made once per (pointer, shape, strides, dtype).
+
+        numba-cuda imports a CuPy argument through DLPack at every launch, and CuPy answers by making the
+        launch stream wait on an event of its own: tens of microseconds a launch, and a stream capture
+        fails on it (cudaErrorStreamCaptureIsolation). Its own device arrays pass straight through. A view
+        keeps no reference to `arr` (a dropped array's memory is freed as usual); memory reused at the same
+        address with the same shape is described by the same view, so the cache is only ever cleared to
+        bound its size."""
+        key = (arr.data.ptr, arr.shape, arr.strides, arr.dtype.char)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) >= VIEW_CACHE:
+                self._views.clear()
+            desc = arr.__cuda_array_interface__
+            view = self._views[key] = self.cuda.from_cuda_array_interface(desc, owner=None, sync=False)
+        return view
 
     def _abandon_capture(self):
         try:
