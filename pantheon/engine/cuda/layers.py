@@ -14,7 +14,9 @@ from numba import cuda
 MAX_THREADS = 256
 MAX_HEAD_DIM = 256
 MAX_EXPERTS = 512
-ATTN_THREADS = 32  # threads per (token, head) in attention: the shared combine buffer is sized by it
+ATTN_THREADS = 128  # threads per (token, head) in attention: one per dimension of a 128-wide head
+TILE_KEYS = 32  # keys per shared-memory tile of attention (32 x 257 floats: 33 KB)
+KEY_ROW = MAX_HEAD_DIM + 1  # a tile's row stride: value d of key j in bank (j + d) % 32
 
 
 @cuda.jit(device=True, inline=True)
@@ -104,66 +106,107 @@ def kv_write(qkv, c0, kcache, vcache, layer, slot, pos):
 
 
 @cuda.jit(device=True, inline=True)
-def _attend_keys(q, kcache, vcache, layer, s, i, h, kh, p, t, nt, scale, acc):
-    """Online softmax over keys t, t+nt, ... <= p of one (token, head): returns (max, sum); acc [hd] holds Σ e·v."""
+def _key_tile(kcache, layer, s, kh, j0, m, ks, t, nt):
+    """ks[:m, :hd] = keys j0..j0+m-1 as float32; adjacent threads copy adjacent values (coalesced reads)."""
     hd = kcache.shape[4]
-    top, total = np.float32(-math.inf), np.float32(0.0)
-    for d in range(hd):
-        acc[d] = 0.0
-    for j in range(t, p + 1, nt):
+    for e in range(t, m * hd, nt):
+        ks[e // hd, e % hd] = np.float32(kcache[layer, s, kh, j0 + e // hd, e % hd])
+
+
+@cuda.jit(device=True, inline=True)
+def _tile_weights(qs, ks, ps, m, hd, top, t, nt):
+    """ps[:m] = exp(score - best) of the tile's keys (one thread a key); returns best = max(top, scores)."""
+    for j in range(t, m, nt):
         sc = np.float32(0.0)
         for d in range(hd):
-            sc += q[i, h * hd + d] * np.float32(kcache[layer, s, kh, j, d])
-        sc *= scale
-        if sc > top:
-            f = math.exp(top - sc)
-            total *= f
-            for d in range(hd):
-                acc[d] *= f
-            top = sc
-        e = math.exp(sc - top)
-        total += e
-        for d in range(hd):
-            acc[d] += e * np.float32(vcache[layer, s, kh, j, d])
-    return top, total
+            sc += qs[d] * ks[j, d]
+        ps[j] = sc
+    cuda.syncthreads()
+    best = top
+    for j in range(m):
+        best = max(best, ps[j])
+    cuda.syncthreads()  # every thread has read the scores before they become weights
+    for j in range(t, m, nt):
+        ps[j] = math.exp(ps[j] - best)
+    cuda.syncthreads()
+    return best
 
 
 @cuda.jit
-def attention(q, heads, kcache, vcache, layer, slot, pos, scale, out):
+def attention(q, heads, kcache, vcache, layer, slot, pos, scale, splits, parts, out):
     """Causal GQA: out[i, h*hd:(h+1)*hd] for the query q[i, h*hd:(h+1)*hd] (q float32 [n, >= H*hd]) of token i
-    at pos[i] in sequence slot[i].
+    at pos[i] in sequence slot[i]; with splits > 1, split s of each (token, head) takes key tiles s, s+splits,
+    ... and leaves (max, sum, Σ weight·v) in parts float32 [n*H*splits, 2 + hd] for attention_merge.
 
-    Keys and values: fp16 [layers, slots, KV, n_ctx, hd]. One thread block per (token, head); its
-    threads split the keys, then combine their partial softmax sums through shared memory."""
+    Keys and values: fp16 [layers, slots, KV, n_ctx, hd]. One thread block per (token, head, split) walks
+    its keys a tile at a time with an online softmax: the block copies the tile's keys into shared memory
+    (rows padded, so threads reading one value of different keys hit different banks), a thread scores
+    one key, and each thread then folds the tile's weighted value rows into its own dimensions, adjacent
+    threads reading adjacent values. Every global read is coalesced, where a thread walking its own keys
+    reads one line per thread of a warp. Splits give a decode step (one token: H blocks) enough blocks
+    to keep the device busy."""
     t, nt = cuda.threadIdx.x, cuda.blockDim.x
     n_kv, hd = kcache.shape[2], kcache.shape[4]
-    acc = cuda.local.array(MAX_HEAD_DIM, np.float32)  # [hd] this thread's Σ e·v
-    tops = cuda.shared.array(ATTN_THREADS, np.float32)  # [threads]
-    sums = cuda.shared.array(ATTN_THREADS, np.float32)  # [threads]
-    part = cuda.shared.array((ATTN_THREADS, MAX_HEAD_DIM), np.float32)  # [threads, hd]
-    for b in range(cuda.blockIdx.x, q.shape[0] * heads, cuda.gridDim.x):
-        i, h = b // heads, b % heads
-        top, total = _attend_keys(q, kcache, vcache, layer, slot[i], i, h, h // (heads // n_kv), pos[i], t, nt,
-                                  scale, acc)
-        tops[t] = top
-        cuda.syncthreads()
-        best = tops[0]
-        for k in range(1, nt):
-            best = max(best, tops[k])
-        f = math.exp(top - best) if total > np.float32(0.0) else np.float32(0.0)
-        sums[t] = total * f
-        for d in range(hd):
-            part[t, d] = acc[d] * f
-        cuda.syncthreads()
-        norm = np.float32(0.0)
-        for k in range(nt):
-            norm += sums[k]
+    qs = cuda.shared.array(MAX_HEAD_DIM, np.float32)  # [hd] the scaled query
+    ks = cuda.shared.array((TILE_KEYS, KEY_ROW), np.float32)  # [keys, hd] one tile's keys, padded
+    ps = cuda.shared.array(TILE_KEYS, np.float32)  # [keys] the tile's weights
+    acc = cuda.local.array(MAX_HEAD_DIM, np.float32)  # [hd] Σ weight·v, at this thread's dimensions
+    for b in range(cuda.blockIdx.x, q.shape[0] * heads * splits, cuda.gridDim.x):
+        i, h, sp = b // (heads * splits), (b // splits) % heads, b % splits
+        s, kh, p = slot[i], h // (heads // n_kv), pos[i]
         for d in range(t, hd, nt):
-            v = np.float32(0.0)
-            for k in range(nt):
-                v += part[k, d]
-            out[i, h * hd + d] = v / norm
+            qs[d] = q[i, h * hd + d] * scale
+            acc[d] = 0.0
+        top, total = np.float32(-math.inf), np.float32(0.0)
         cuda.syncthreads()
+        for j0 in range(sp * TILE_KEYS, p + 1, splits * TILE_KEYS):
+            m = min(TILE_KEYS, p + 1 - j0)
+            _key_tile(kcache, layer, s, kh, j0, m, ks, t, nt)
+            cuda.syncthreads()
+            best = _tile_weights(qs, ks, ps, m, hd, top, t, nt)
+            f = math.exp(top - best)  # rescales what earlier tiles summed (0 before the first)
+            total *= f
+            for j in range(m):
+                total += ps[j]
+            for d in range(t, hd, nt):
+                a = acc[d] * f
+                for j in range(m):
+                    a += ps[j] * np.float32(vcache[layer, s, kh, j0 + j, d])
+                acc[d] = a
+            top = best
+            cuda.syncthreads()  # the next tile rewrites ks and ps
+        _attention_out(acc, top, total, b, i, h, hd, t, nt, splits, parts, out)
+
+
+@cuda.jit(device=True, inline=True)
+def _attention_out(acc, top, total, b, i, h, hd, t, nt, splits, parts, out):
+    """The (token, head)'s output when it was not split, else this split's partial sums in parts[b]."""
+    if splits == 1:
+        for d in range(t, hd, nt):
+            out[i, h * hd + d] = acc[d] / total
+        return
+    if t == 0:
+        parts[b, 0], parts[b, 1] = top, total
+    for d in range(t, hd, nt):
+        parts[b, 2 + d] = acc[d]
+
+
+@cuda.jit
+def attention_merge(parts, heads, splits, out):
+    """out[i, h*hd + d] from the `splits` partial sums of (token i, head h) that attention left in parts
+    float32 [n*H*splits, 2 + hd] (a split that had no keys holds max -inf and sum 0)."""
+    hd = parts.shape[1] - 2
+    for t in range(cuda.grid(1), out.shape[0] * heads * hd, cuda.gridsize(1)):
+        b0, d = (t // hd) * splits, t % hd
+        best = parts[b0, 0]
+        for k in range(1, splits):
+            best = max(best, parts[b0 + k, 0])
+        num, den = np.float32(0.0), np.float32(0.0)
+        for k in range(splits):
+            f = math.exp(parts[b0 + k, 0] - best)
+            num += f * parts[b0 + k, 2 + d]
+            den += f * parts[b0 + k, 1]
+        out[t // (heads * hd), (t // hd) % heads * hd + d] = num / den
 
 
 @cuda.jit

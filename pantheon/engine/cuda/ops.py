@@ -132,12 +132,17 @@ class Ops:
         work = qkv.shape[0] * kcache.shape[2] * kcache.shape[4]
         self._items(layers.kv_write, work)(qkv, c0, kcache, vcache, layer, slot, pos)
 
-    def attention(self, q, heads, kcache, vcache, layer, slot, pos, out):
-        hd = kcache.shape[4]
+    def attention(self, q, heads, kcache, vcache, layer, slot, pos, out, parts=None):
+        """out [n, H*hd] = causal attention of q's heads; with `parts` (float32 [n*H*splits, 2 + hd]) each
+        (token, head) is split over `splits` thread blocks and merged (decode: n*H blocks are too few)."""
+        n, hd = q.shape[0], kcache.shape[4]
+        splits = 1 if parts is None else parts.shape[0] // (n * heads)
         threads = min(self.g.threads, layers.ATTN_THREADS)
         scale = np.float32(1.0 / math.sqrt(hd))
-        self._blocks(layers.attention, q.shape[0] * heads, threads)(q, heads, kcache, vcache, layer, slot, pos,
-                                                                     scale, out)
+        self._blocks(layers.attention, n * heads * splits, threads)(
+            q, heads, kcache, vcache, layer, slot, pos, scale, splits, out if parts is None else parts, out)
+        if splits > 1:
+            self._items(layers.attention_merge, n * heads * hd)(parts, heads, splits, out)
 
     def route_topk(self, logits, ids, weights):
         self._items(layers.route_topk, logits.shape[0])(logits, ids, weights)

@@ -98,7 +98,7 @@ class Stage:
         ops.rope(qkv, 0, c.n_head, c.head_dim, c.n_rot, c.neox_rope, pos, self.inv_freq)
         ops.rope(qkv, qd, c.n_head_kv, c.head_dim, c.n_rot, c.neox_rope, pos, self.inv_freq)
         ops.kv_write(qkv, qd, self.kcache, self.vcache, li, slot, pos)
-        ops.attention(qkv, c.n_head, self.kcache, self.vcache, li, slot, pos, w.att)
+        ops.attention(qkv, c.n_head, self.kcache, self.vcache, li, slot, pos, w.att, w.parts)
 
     def _ffn(self, blk, w):
         self.matmul(blk.gate_up, w.h, w.gu, w)  # [n, 2ff]

@@ -4,6 +4,8 @@ import numpy as np
 
 from pantheon.engine.cuda.matvec import MAX_BATCH
 
+ATTN_SPLITS = 16  # blocks per (token, head) of a decode step's attention: 32 heads make 512 blocks
+
 
 class Workspace:
     """Every array a stage's layers write besides the residual stream x, for `n` rows.
@@ -20,6 +22,8 @@ class Workspace:
         self.h = e((n, cfg.dim))  # [n, dim] the normalised input of a sub-layer
         self.qkv = e((n, qd + 2 * kd))  # [n, qd + 2kd]
         self.att = e((n, qd))  # [n, H*hd] attention output before wo
+        # a decode step's attention split over ATTN_SPLITS blocks per (token, head): their partial sums
+        self.parts = e((n * cfg.n_head * ATTN_SPLITS, 2 + cfg.head_dim)) if n <= MAX_BATCH else None
         self.proj = e((n, cfg.dim))  # [n, dim] wo's output, then the FFN's, before each residual add
         gu = max((sum(m.rows for m in b.gate_up) for b in blocks if b.router is None), default=0)
         self.gu, self.act = e((n, gu)), e((n, gu // 2))  # [n, 2ff], [n, ff]

@@ -24,7 +24,8 @@ SIGNATURES = {
     layers.rms_norm: (F32_2, I, I, F32_1, F, I, F32_2), layers.rope: (F32_2, I, I, I, I, t.boolean, I32_1, F64_1),
     layers.add_bias: (F32_2, F32_1), layers.add: (F32_2, F32_2), layers.silu_mul: (F32_2, F32_2),
     layers.kv_write: (F32_2, I, F16_5, F16_5, I, I32_1, I32_1),
-    layers.attention: (F32_2, I, F16_5, F16_5, I, I32_1, I32_1, F, F32_2),
+    layers.attention: (F32_2, I, F16_5, F16_5, I, I32_1, I32_1, F, I, F32_2, F32_2),
+    layers.attention_merge: (F32_2, I, I, F32_2),
     layers.route_topk: (F32_2, I32_2, F32_2), layers.moe_combine: (F32_2, F32_2, F32_2),
 }
 

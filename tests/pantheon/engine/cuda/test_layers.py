@@ -45,14 +45,17 @@ def test_rope_both_conventions_at_an_offset(neox):
     np.testing.assert_allclose(b.to_host(dx), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("n_ctx,lens", [(8, {1: 5, 0: 3}), (80, {1: 70, 0: 33})], ids=["one-tile", "tiles"])
 @pytest.mark.parametrize("geometry", [None, WIDE], ids=["one-thread", "wide"])
-def test_attention_over_the_fp16_pool_matches_cpu_attention(geometry):
-    """Two sequences in slots 1 and 0 of a pool: keys written through kv_write, causal GQA read back."""
+def test_attention_over_the_fp16_pool_matches_cpu_attention(geometry, n_ctx, lens, splits):
+    """Two sequences in slots 1 and 0 of a pool: keys written through kv_write, causal GQA read back; the
+    longer pair spans several key tiles (layers.TILE_KEYS), partial last tile included; split over three
+    blocks per (token, head) and merged, a split left without keys for the early tokens."""
     b = backend(geometry)
-    ops, heads, n_kv, hd, n_ctx = Ops(b), 4, 2, 8, 8
+    ops, heads, n_kv, hd = Ops(b), 4, 2, 8
     k = b.zeros((2, 3, n_kv, n_ctx, hd), np.float16)  # [layers, slots, kv, ctx, hd]
     v = b.zeros((2, 3, n_kv, n_ctx, hd), np.float16)
-    lens = {1: 5, 0: 3}
     seqs = {s: _f32(n, heads * hd + 2 * n_kv * hd) for s, n in lens.items()}  # [n, q | k | v]
     for s, qkv in seqs.items():
         ops.kv_write(b.upload(qkv), heads * hd, k, v, 1, b.upload(np.full(len(qkv), s, np.int32)),
@@ -60,8 +63,9 @@ def test_attention_over_the_fp16_pool_matches_cpu_attention(geometry):
     for s, qkv in seqs.items():
         n = len(qkv)
         out = b.empty((n, heads * hd))  # [n, H*hd]
+        parts = None if splits == 1 else b.empty((n * heads * splits, 2 + hd))  # [n*H*splits, 2 + hd]
         ops.attention(b.upload(qkv), heads, k, v, 1, b.upload(np.full(n, s, np.int32)),
-                      b.upload(np.arange(n, dtype=np.int32)), out)
+                      b.upload(np.arange(n, dtype=np.int32)), out, parts)
         kk = qkv[:, heads * hd:heads * hd + n_kv * hd].reshape(n, n_kv, hd).astype(np.float16).astype(np.float32)
         vv = qkv[:, heads * hd + n_kv * hd:].reshape(n, n_kv, hd).astype(np.float16).astype(np.float32)
         want = attend(qkv[:, :heads * hd].reshape(n, heads, hd), kk.transpose(1, 0, 2).copy(),
