@@ -5,6 +5,7 @@ tiny shape (the CPU half, in the simulator, in CI).
 """
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -12,9 +13,11 @@ import traceback
 
 import numpy as np
 
+from benchmarks import gpu_profile
 from benchmarks.gpu_model import MIXES, Shape, decode_bytes, make_model
 from pantheon.engine.cuda import layers
 from pantheon.engine.cuda.backend import open_backend
+from pantheon.engine.cuda.ops import Ops
 
 SMALL = Shape(dim=256, n_layer=1, n_head=4, n_head_kv=2, n_ff=256, n_vocab=256)  # K-quants need 256 columns
 
@@ -50,23 +53,26 @@ def launch_cost(b):
     return timed(b, lambda: b.launch(layers.add, 1, 32)(x, y), 200)
 
 
-def mix_figures(b, mix, shape, prompt, steps, streams):
+def mix_figures(b, mix, shape, prompt, steps, streams, profile=False):
     """engine_figures with int8 activations; if those kernels fail on this device, the float kernels' figures
     (decode_tok_s then measures them too) and the error, so one device run still reports every bar."""
     try:
-        return engine_figures(b, mix, shape, prompt, steps, streams)
+        return engine_figures(b, mix, shape, prompt, steps, streams, profile=profile)
     except Exception as e:
-        fig = engine_figures(b, mix, shape, prompt, steps, streams, int8=False)
+        fig = engine_figures(b, mix, shape, prompt, steps, streams, int8=False, profile=profile)
         return {**fig, "int8_error": f"{type(e).__name__}: {e}"[:500]}
 
 
-def engine_figures(b, mix, shape, prompt, steps, streams, int8=True):
+def engine_figures(b, mix, shape, prompt, steps, streams, int8=True, profile=False):
     """Prefill, eager and captured decode (one stream and `streams`) of a fresh model of `mix`, freed after."""
     model = make_model(b, mix, shape)
     try:
         model.int8 = int8
         model.allocate(prompt + 3 * steps + 8, streams + 1)
-        return measure(b, model, shape, prompt, steps, streams)
+        fig = measure(b, model, shape, prompt, steps, streams)
+        if profile:
+            fig.update(step_kernels(b, model, prompt))
+        return fig
     finally:
         model.close()
 
@@ -86,6 +92,20 @@ def measure(b, model, shape, prompt, steps, streams):
         one, many = decode_rates(b, model, cache, caches, steps)
         out[f"decode_{tag}tok_s"], out[f"decode_{tag}{streams}x_tok_s"] = 1 / one, streams / many
     return out
+
+
+def step_kernels(b, model, prompt):
+    """Device time per kernel of one prefill of `prompt` tokens and of one single-stream decode step (eager)."""
+    toks = list(range(1, prompt + 1))
+    pre = gpu_profile.kernel_times(b, lambda: model.forward([(model.new_cache(), toks)]))
+    cache = model.new_cache()
+    model.forward([(cache, toks)])
+    model.graphs = False
+    try:
+        step = gpu_profile.kernel_times(b, lambda: model.forward([(cache, [7])]))
+    finally:
+        model.graphs = True
+    return {"prefill_kernels_ms": pre, "decode_kernels_ms": step}
 
 
 def decode_rates(b, model, cache, caches, steps):
@@ -108,15 +128,20 @@ def main():
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--mixes", default=",".join(MIXES))
     ap.add_argument("--torch", action="store_true", help="add the torch fp16 reference (device only)")
+    ap.add_argument("--profile", action="store_true", help="device time per kernel, decode kernel geometries")
     args = ap.parse_args()
     b = open_backend(0)
     shape, prompt, steps, streams = (SMALL, 9, 1, 2) if args.small else (Shape(), 512, 32, 8)
     copy = copy_bandwidth(b, 1 << (12 if args.small else 31))
     report = {"device": "simulator" if b.sim else "cuda0", "copy_bytes_s": copy,
               "launch_s": launch_cost(b)}
+    if args.profile:  # first: the mixes below run at the geometry the sweep found fastest
+        report["geometry_gb_s"] = guarded(lambda: gpu_profile.geometry_sweep(b, Ops(b), 4 * shape.n_ff, shape.dim))
+        progress(report)
+        tune(b, report)
     for mix in args.mixes.split(","):
-        report[mix] = guarded(lambda: with_ratios(mix_figures(b, mix, shape, prompt, steps, streams), report,
-                                                  streams))
+        report[mix] = guarded(lambda: with_ratios(mix_figures(b, mix, shape, prompt, steps, streams, args.profile),
+                                                  report, streams))
         progress(report)
     if args.torch:
         from benchmarks.gpu_torch_ref import torch_figures
@@ -137,6 +162,16 @@ def bars(report, streams):
             "decode_ahead_of_torch_fp16": None if torch_decode is None else q["decode_tok_s"] > torch_decode,
             f"{streams}x_ge_4x_one_stream": q[f"decode_{streams}x_tok_s"] >= 4 * q["decode_tok_s"],
             "prefill_ge_5000": q["prefill_tok_s"] >= 5000}
+
+
+def tune(b, report):
+    """Launch the decode kernels at the sweep's best geometry for int8 activations (on a GPU; recorded)."""
+    sweep = report["geometry_gb_s"]
+    if b.sim or "error" in sweep:
+        return
+    lanes, per = gpu_profile.best_geometry(sweep)
+    b.geometry = dataclasses.replace(b.geometry, lanes=lanes, rows=per)
+    report["geometry"] = f"{lanes}x{per}"
 
 
 def guarded(measure):
@@ -167,7 +202,8 @@ def with_ratios(fig, report, streams):
 def print_table(report, mixes, streams):
     """The figures a reader compares, one row per weight mix (the JSON line after it has them all)."""
     copy, launch = report["copy_bytes_s"] / 1e9, report["launch_s"] * 1e6
-    print(f"{report['device']}: copy {copy:.1f} GB/s, one launch {launch:.1f} us; tokens/s below")
+    print(f"{report['device']}: copy {copy:.1f} GB/s, one launch {launch:.1f} us, decode geometry "
+          f"{report.get('geometry', 'default')}; tokens/s below")
     print("decode and Nx: int8 activations, captured; eager: launched from Python; f32act: float activations")
     print(f"{'mix':8} {'prefill':>9} {'decode':>8} {'eager':>8} {'f32act':>8} {f'{streams}x':>8} "
           f"{f'f32act {streams}x':>11} {'roof':>6} {'launches':>8}")
@@ -184,6 +220,13 @@ def print_table(report, mixes, streams):
         line = t.get("error") or f"prefill {t['prefill_tok_s']:.1f}, decode {t['decode_tok_s']:.1f} tokens/s"
         print(f"torch fp16 reference (Q4_0's weights dequantized): {line}")
     print(f"bars (Q4_0): {report['bars']}")
+    for mix in mixes:
+        for key in ("prefill_kernels_ms", "decode_kernels_ms"):
+            if key in report[mix]:
+                gpu_profile.print_times(f"{mix} {key[:-11]}", report[mix][key])
+    if isinstance(report.get("geometry_gb_s"), dict) and "error" not in report["geometry_gb_s"]:
+        print("decode kernel GB/s by geometry (lanes x rows per block), one vector, ffn-sized matrix:")
+        gpu_profile.print_sweep(report["geometry_gb_s"])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
 python3 -c 'import pantheon, cupy, numba, numba.cuda as c; print("pantheon from", pantheon.__file__, "cupy", cupy.__version__,
     "numba", numba.__version__, "numba-cuda", getattr(c, "__version__", "?"))'
 # the benchmark first: its figures are the bars; progress lines on stderr keep what a time limit cuts short
-timeout 270 python3 -m benchmarks.gpu_bench --torch 2>"$OUT/gpu_bench.err" | tee "$OUT/gpu_check.json"
+timeout 270 python3 -m benchmarks.gpu_bench --torch --profile 2>"$OUT/gpu_bench.err" | tee "$OUT/gpu_check.json"
 tail -4 "$OUT/gpu_bench.err" | cut -c1-3000
 # the kernels' own PTX build for sm_90 is proven where no GPU is (tests/pantheon/engine/cuda/test_ptx.py)
 timeout 150 python3 -m pytest -q -p no:cacheprovider --run-slow --timeout 100 --deselect \
