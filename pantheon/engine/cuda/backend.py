@@ -5,6 +5,7 @@ copies, and runs the one product it does not write itself (fp16 x fp16 with fp32
 cuBLAS through CuPy on a GPU, numpy in the simulator, both rounding the result to fp16).
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,6 +206,14 @@ class Backend:
             return x.astype(np.float16)  # [...]
         with self.stream:
             return x.astype(self.xp.float16)  # [...]
+
+    def context(self):
+        """Where this device's CuPy operations run: its stream (nothing to enter in the simulator)."""
+        self._not_capturing()
+        if self.sim:
+            return contextlib.nullcontext()
+        self.activate()
+        return self.stream
 
     def synchronize(self):
         if not self.sim:

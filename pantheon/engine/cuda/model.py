@@ -109,7 +109,9 @@ class GpuModel(ModelText):
             out = self._plan(len(ids)).run(ids, pos, slot)  # [n, n_vocab] a decode step
             out = [out[i:i + 1] for i in range(len(segs))]
         else:
-            out = self._outputs(segs, self._run(ids, pos, slot), all_logits, frozenset(hidden), frozenset(every))
+            spans = [(c.slot, len(c), len(t)) for c, t in segs] if len(ids) > MAX_BATCH else None
+            out = self._outputs(segs, self._run(ids, pos, slot, spans), all_logits, frozenset(hidden),
+                                frozenset(every))
         for cache, toks in segs:
             cache.tokens.extend(int(t) for t in toks)
         return out
@@ -136,8 +138,8 @@ class GpuModel(ModelText):
             self.plans[n] = DecodePlan(self, n)
         return self.plans[n]
 
-    def _run(self, ids, pos, slot):
-        """(last stage, x [N, dim] on its device): every layer over every row."""
+    def _run(self, ids, pos, slot, spans=None):
+        """(last stage, x [N, dim] on its device): every layer over every row (`spans`: Stage.forward's)."""
         first = self.stages[0]
         first.backend.activate()
         x = first.backend.empty((len(ids), self.config.dim))  # [N, dim]
@@ -147,7 +149,7 @@ class GpuModel(ModelText):
             if prev is not None:
                 prev.backend.synchronize()
                 x = s.backend.take(x)  # [N, dim] the one hop per stage boundary
-            s.forward(x, s.backend.upload(slot), s.backend.upload(pos))
+            s.forward(x, s.backend.upload(slot), s.backend.upload(pos), spans=spans)
             prev = s
         return prev, x
 

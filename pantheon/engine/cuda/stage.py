@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from pantheon.engine.cuda import gemm_attention
 from pantheon.engine.cuda.kvpool import stage_arrays
 from pantheon.engine.cuda.matvec import MAX_BATCH
 from pantheon.engine.cuda.ops import Activations, Ops
@@ -66,18 +67,22 @@ class Stage:
     def workspace(self, n):
         return Workspace(self.backend, self.cfg, self.blocks, n)
 
-    def forward(self, x, slot, pos, work=None):
-        """Run the stage's layers over x float32 [n, dim] in place; slot, pos int32 [n] on this device."""
+    def forward(self, x, slot, pos, work=None, spans=None):
+        """Run the stage's layers over x float32 [n, dim] in place; slot, pos int32 [n] on this device; `spans`
+        [(slot, first position, rows)] per segment of the rows when attention may run as matrix products."""
         self.backend.activate()
-        self.layers(x, slot, pos, work or self.workspace(len(x)))
+        self.layers(x, slot, pos, work or self.workspace(len(x)), spans)
         return x
 
-    def layers(self, x, slot, pos, w):
-        """The layers' kernels over x in place, every intermediate in Workspace w: launches only (capturable)."""
+    def layers(self, x, slot, pos, w, spans=None):
+        """The layers' kernels over x in place, every intermediate in Workspace w: launches only (capturable)
+        unless `spans` lets attention run as matrix products (gemm_attention.py)."""
         eps, dim = self.cfg.norm_eps, self.cfg.dim
+        if spans is not None and not all(gemm_attention.fits(self.cfg, n, p0 + n) for _, p0, n in spans):
+            spans = None
         for li, blk in enumerate(self.blocks):
             self.ops.rms_norm(x, blk.attn_norm, eps, dim, w.h)
-            self._attention(li, blk, slot, pos, w)
+            self._attention(li, blk, slot, pos, w, spans)
             self.ops.add(x, self.matmul([blk.wo], w.att, w.proj, w))
             self.ops.rms_norm(x, blk.ffn_norm, eps, dim, w.h)
             if blk.router is not None:
@@ -85,7 +90,7 @@ class Stage:
             else:
                 self.ops.add(x, self._ffn(blk, w))
 
-    def _attention(self, li, blk, slot, pos, w):
+    def _attention(self, li, blk, slot, pos, w, spans):
         """w.att [n, H*hd] = attention of the rows' queries over their sequences, after storing their keys/values."""
         c, ops, qkv = self.cfg, self.ops, w.qkv
         qd, kd = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
@@ -98,7 +103,14 @@ class Stage:
         ops.rope(qkv, 0, c.n_head, c.head_dim, c.n_rot, c.neox_rope, pos, self.inv_freq)
         ops.rope(qkv, qd, c.n_head_kv, c.head_dim, c.n_rot, c.neox_rope, pos, self.inv_freq)
         ops.kv_write(qkv, qd, self.kcache, self.vcache, li, slot, pos)
-        ops.attention(qkv, c.n_head, self.kcache, self.vcache, li, slot, pos, w.att, w.parts)
+        if spans is None:
+            ops.attention(qkv, c.n_head, self.kcache, self.vcache, li, slot, pos, w.att, w.parts)
+            return
+        r0 = 0
+        for s, p0, n in spans:
+            gemm_attention.segment_attention(self.backend, c, qkv, self.kcache, self.vcache, li, s, p0,
+                                             slice(r0, r0 + n), w.att)
+            r0 += n
 
     def _ffn(self, blk, w):
         self.matmul(blk.gate_up, w.h, w.gu, w)  # [n, 2ff]
