@@ -103,8 +103,8 @@ def _sweep(b, ops, mat, h, out, int8):
     acts.q8() if int8 else acts.unit_major()
     rates = {}
     # the simulator runs each CUDA thread as a Python thread: one small geometry proves the code path there
-    for lanes, per in ((2, 2),) if b.sim else GEOMETRIES:
-        ops.g = b.geometry = Geometry(lanes=lanes, rows=per, threads=256, max_grid=2 if b.sim else 1 << 16)
+    for lanes, per in ((1, 1),) if b.sim else GEOMETRIES:
+        ops.g = b.geometry = Geometry(lanes=lanes, rows=per, threads=256, max_grid=1 if b.sim else 1 << 16)
         seconds = _time(b, lambda: ops.matvec(mat, acts, out), 1 if b.sim else 20)
         rates[f"{lanes}x{per}"] = round(mat.nbytes / seconds / 1e9, 1)
     return rates

@@ -29,8 +29,8 @@ def test_wheels_script_builds_an_installable_tree(tmp_path):
 
 def test_benchmark_runs_its_model_maker_and_reports_every_figure():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_ENABLE_CUDASIM": "1"}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_bench", "--small", "--mixes", "Q4_K_M"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=900)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_bench", "--small", "--mixes", "Q4_K_M", "--profile"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["device"] == "simulator" and report["copy_bytes_s"] > 0 and report["launch_s"] > 0
@@ -40,6 +40,10 @@ def test_benchmark_runs_its_model_maker_and_reports_every_figure():
                 "launches_per_step", "decode_eager_tok_s", "graph_speedup", "decode_f32act_tok_s",
                 "decode_f32act_2x_tok_s", "int8_speedup", "int8_speedup_8x"} <= set(fig)
         assert fig["bytes_per_token"] > 0 and fig["launches_per_step"] > 0
+        # --profile: device time per kernel of a prefill and a decode step, and the geometry sweep
+        assert {"qmv8", "attention", "rms_norm"} <= set(fig["decode_kernels_ms"])
+        assert {"dequant_tile", "cublas_matmul"} <= set(fig["prefill_kernels_ms"])
+    assert set(report["geometry_gb_s"]) == {"Q4_0", "Q8_0", "Q4_K", "Q6_K"}
 
 
 def test_benchmark_reports_the_float_figures_and_the_error_when_int8_kernels_fail(monkeypatch):
