@@ -28,7 +28,8 @@ class Geometry:
 
 
 VIEW_CACHE = 4096  # numba views of CuPy arrays kept for launches: a model's weights, workspaces and pool
-GPU_GEOMETRY = Geometry(lanes=32, rows=4, threads=256, max_grid=1 << 16)
+# 16 lanes x 8 rows: the fastest decode geometry on an H200 over Q4_0/Q8_0/Q4_K/Q6_K (docs/performance.md)
+GPU_GEOMETRY = Geometry(lanes=16, rows=8, threads=256, max_grid=1 << 16)
 # The simulator runs every CUDA thread as a Python thread: one thread, grid-strided, is fastest there.
 SIM_GEOMETRY = Geometry(lanes=1, rows=1, threads=1, max_grid=1)
 
