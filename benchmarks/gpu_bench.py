@@ -8,29 +8,18 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 import traceback
 
 import numpy as np
 
 from benchmarks import gpu_profile
 from benchmarks.gpu_model import MIXES, Shape, decode_bytes, make_model
+from benchmarks.gpu_profile import timed
 from pantheon.engine.cuda import layers
 from pantheon.engine.cuda.backend import open_backend
 from pantheon.engine.cuda.ops import Ops
 
 SMALL = Shape(dim=256, n_layer=1, n_head=4, n_head_kv=2, n_ff=256, n_vocab=256)  # K-quants need 256 columns
-
-
-def timed(b, fn, reps):
-    """Seconds per call of fn after one warm-up, the device synchronised around the timed calls."""
-    fn()
-    b.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    b.synchronize()
-    return (time.perf_counter() - t0) / reps
 
 
 def copy_bandwidth(b, nbytes):

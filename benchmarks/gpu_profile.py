@@ -71,7 +71,8 @@ def kernel_times(b, fn):
     return clock.table()
 
 
-def _time(b, fn, reps=20):
+def timed(b, fn, reps):
+    """Seconds per call of fn after one warm-up, the device synchronised around the timed calls."""
     fn()
     b.synchronize()
     t0 = time.perf_counter()
@@ -105,7 +106,7 @@ def _sweep(b, ops, mat, h, out, int8):
     # the simulator runs each CUDA thread as a Python thread: one small geometry proves the code path there
     for lanes, per in ((1, 1),) if b.sim else GEOMETRIES:
         ops.g = b.geometry = Geometry(lanes=lanes, rows=per, threads=256, max_grid=1 if b.sim else 1 << 16)
-        seconds = _time(b, lambda: ops.matvec(mat, acts, out), 1 if b.sim else 20)
+        seconds = timed(b, lambda: ops.matvec(mat, acts, out), 1 if b.sim else 20)
         rates[f"{lanes}x{per}"] = round(mat.nbytes / seconds / 1e9, 1)
     return rates
 
