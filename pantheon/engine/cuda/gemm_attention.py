@@ -3,8 +3,8 @@
 A prompt of n tokens asks n·H (token, head) pairs for attention over up to n keys each, the same keys
 for every token of the segment. The tiled kernel (layers.attention) re-reads them for every pair;
 as two batched products per KV head (scores = Q·Kᵀ, out = softmax(scores)·V) they are read once
-and the work runs on the tensor cores' library at a fraction of the kernel's time. fp32 products:
-the scores keep the kernel's precision. Decode steps (a row per sequence) keep the kernel: their
+and cuBLAS does the work (on the H200: 162 ms of an 8B prefill in the kernel, out of the top ten
+after). fp32 products: the scores keep the kernel's precision. Decode steps (a row per sequence) keep the kernel: their
 launches are captured, and a row's products are too small for a library call to pay.
 """
 
