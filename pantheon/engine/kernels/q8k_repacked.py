@@ -251,15 +251,11 @@ def _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr):
 
 
 @inline
-def _quarter6(row, o, h, half, q, x0, b):
-    """Vector x0's four value-group dots of one quarter (rows 16g.., h = 64g) of a Q6_K super-block."""
-    a0, b0, c0, d0 = izero16(), izero16(), izero16(), izero16()
-    for w in range(4 * q, 4 * q + 4):
-        ql, qm, qh = words6(row, o, half, w, h)
-        xo = b * QK_K + 128 * half + 4 * w
-        a0, b0 = vdot16(a0, six_a(ql, qh), x0, xo), vdot16(b0, six_b(qm, qh), x0, xo + 32)
-        c0, d0 = vdot16(c0, six_c(ql, qh), x0, xo + 64), vdot16(d0, six_d(qm, qh), x0, xo + 96)
-    return a0, b0, c0, d0
+def _word6(row, o, half, w, h, x0, xo, a, b, c, d):
+    """The four value-group dots of vector x0 over quant word w of `half`, rows from byte h of each word."""
+    ql, qm, qh = words6(row, o, half, w, h)
+    a, b = vdot16(a, six_a(ql, qh), x0, xo), vdot16(b, six_b(qm, qh), x0, xo + 32)
+    return a, b, vdot16(c, six_c(ql, qh), x0, xo + 64), vdot16(d, six_d(qm, qh), x0, xo + 96)
 
 
 @inline
@@ -271,14 +267,18 @@ def _scale6(i0, row, at, a0, b0, c0, d0):
 
 @inline
 def _one6x2(p, t, xq, xd, bs16, i, b, acc):
-    """`_four6` for the single vector i, both 16-row groups at once (each 128-byte word of the 32 rows
-    read whole)."""
+    """`_four6` for the single vector i, both 16-row groups at once: each quarter's words read whole (all
+    32 rows) in address order, which the hardware prefetcher follows."""
     row, o, x0, i0, i1 = p[t], b * GB6, xq[i], izero16(), izero16()
     for half in range(2):
         for q in range(2):
+            a0, b0, c0, d0 = izero16(), izero16(), izero16(), izero16()
+            a1, b1, c1, d1 = izero16(), izero16(), izero16(), izero16()
+            for w in range(4 * q, 4 * q + 4):
+                xo = b * QK_K + 128 * half + 4 * w
+                a0, b0, c0, d0 = _word6(row, o, half, w, 0, x0, xo, a0, b0, c0, d0)
+                a1, b1, c1, d1 = _word6(row, o, half, w, 64, x0, xo, a1, b1, c1, d1)
             at = o + SC6 + (8 * half + q) * ROWS
-            a0, b0, c0, d0 = _quarter6(row, o, 0, half, q, x0, b)
-            a1, b1, c1, d1 = _quarter6(row, o, 64, half, q, x0, b)
             i0 = _scale6(i0, row, at, a0, b0, c0, d0)
             i1 = _scale6(i1, row, at + 16, a1, b1, c1, d1)
     _finish6(acc, 32 * i, i0, _mins6(row, o, 0, bs16, i, b), row, o, 0, xd[i, b])

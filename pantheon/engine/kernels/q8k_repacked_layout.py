@@ -35,8 +35,8 @@ def quants(five, row, o, at, qt, pr, w):
 def word6(o, half, w, part):
     """Where Q6_K quant word w (0..7) of `half` lies in the super-block at o: part 0 its ql word (values
     128·half + 4w.., +64), 1 the ql word 32 bytes on (+32, +96), 2 its qh word (kernels.repack's order:
-    quarter (half, w // 4) keeps its 12 words together)."""
-    return o + ((2 * half + w // 4) * 12 + 4 * part + w % 4) * WORD
+    quarter (half, w // 4) keeps its 12 words together, each word's three parts back to back)."""
+    return o + ((2 * half + w // 4) * 12 + 3 * (w % 4) + part) * WORD
 
 
 @inline
@@ -44,4 +44,4 @@ def words6(row, o, half, w, h):
     """Q6_K quant word w of `half` in the super-block at o, 16 rows from byte h of each word: its ql word,
     the ql word 32 bytes on and its qh word (the three a 6-bit value is assembled from)."""
     at = word6(o, half, w, 0) + h
-    return wload16(row, at), wload16(row, at + 4 * WORD), wload16(row, at + 8 * WORD)
+    return wload16(row, at), wload16(row, at + WORD), wload16(row, at + 2 * WORD)

@@ -14,9 +14,10 @@ after another, each as [unit][row] (a unit: the bytes one row contributes at a t
         dmin: fp16
   Q5_K  as Q4_K, with the file's 32 qh bytes as 8 words between the quants and the scales (bit 2p
         of qh byte l is the fifth bit of value 64p+l, bit 2p+1 that of 64p+32+l)
-  Q6_K  the file's ql (32 words) and qh (16 words) by quarter: quarter (h, q) holds ql words
-        16h+4q.., ql words 16h+8+4q.. and qh words 8h+4q.. (4 each), the words one pass reads
-        together, so a super-block is read in address order; then the 16 int8 scales, d: fp16 (half
+  Q6_K  the file's ql (32 words) and qh (16 words) by quarter: quarter (h, q) holds, for k = 0..3,
+        ql word 16h+4q+k, ql word 16h+8+4q+k and qh word 8h+4q+k (the three one 6-bit value is
+        assembled from), so a pass reads a super-block strictly in address order and the hardware
+        prefetcher follows it; then the 16 int8 scales, d: fp16 (half
         h's ql bytes l and l + 32 and qh byte l hold values 128h + l, +32, +64, +96)
 
 Q4_0, Q8_0 and Q6_K are a permutation of the file's bytes (18 / 34 / 210 per row and block); Q4_K
@@ -48,8 +49,8 @@ def nbytes(qtype, rows, cols):
 
 
 # Q6_K's 48 quant words (the file's ql words 0..31, then qh words as 32..47) in layout order.
-Q6_ORDER = np.array([base + k for h in (0, 1) for q in (0, 1)
-                     for base in (16 * h + 4 * q, 16 * h + 8 + 4 * q, 32 + 8 * h + 4 * q) for k in range(4)])
+Q6_ORDER = np.array([base + k for h in (0, 1) for q in (0, 1) for k in range(4)
+                     for base in (16 * h + 4 * q, 16 * h + 8 + 4 * q, 32 + 8 * h + 4 * q)])
 
 
 def _fields(qtype, blocks):

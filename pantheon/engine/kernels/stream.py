@@ -9,15 +9,16 @@ on Zen 4"):
   it, while software prefetches only slow it (a TinyLlama-shaped model's Q4_0 matrices, one vector:
   16.9 ms a step with none against 19.4 at 4096 bytes ahead). Passes of 4 vectors read a block twice
   and need the software prefetch, the farther the better up to 64 KiB (Q4_0 at 8 vectors: 40.2 ms
-  with none, 29.0 at 4096, 27.5 at 65536), and so does Q6_K at every batch size (its ffn_down
-  matrices, one vector: 6.3 ms with none, 4.4-4.5 at 32-64 KiB). Q5_K follows Q4_K unmeasured (no Q5_K
-  model was benchmarked on Zen 4).
+  with none, 29.0 at 4096, 27.5 at 65536). Q6_K's single-vector pass wanted 64 KiB too while it read
+  each quarter's three words 512 bytes apart (12 Q6_K 5632x2048 matrices: 16.7 GB/s with none, 26.6 at
+  65536); its words now lie in the order it reads them (repack layout 7), and with none it streams 44
+  GB/s against 19-20 with a software prefetch. Q5_K follows Q4_K unmeasured (no Q5_K model was
+  benchmarked on Zen 4).
 """
 
 import functools
 
 import llvmlite.binding as llb
-from gguf import GGMLQuantizationType as T
 
 from pantheon.engine.kernels.simd import PREFETCH_BYTES
 
@@ -34,4 +35,4 @@ def prefetch_ahead(qtype, n, cpu=None):
     name = cpu if cpu is not None else llb.get_host_cpu_name()
     if not name.startswith("znver"):
         return DEFAULT_AHEAD
-    return 0 if n < 4 and T(qtype) != T.Q6_K else ZEN_AHEAD
+    return 0 if n < 4 else ZEN_AHEAD

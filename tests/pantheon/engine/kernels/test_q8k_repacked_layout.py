@@ -25,12 +25,12 @@ def test_q6_k_fields_end_where_the_super_block_ends():
 
 def test_q6_k_words_lie_where_kernels_repack_put_them():
     """word6's place of each (half, w, part) holds the file word repack.Q6_ORDER put there, and a pass in
-    (half, w // 4, part, w % 4) order reads the 48 words in address order."""
+    (half, w, part) order reads the 48 words in address order."""
     seen = []
     for half in range(2):
         for q in range(2):
-            for part, file_word in enumerate((16 * half + 4 * q, 16 * half + 8 + 4 * q, 32 + 8 * half + 4 * q)):
-                for k in range(4):
+            for k in range(4):
+                for part, file_word in enumerate((16 * half + 4 * q, 16 * half + 8 + 4 * q, 32 + 8 * half + 4 * q)):
                     at = lay.word6.py_func(0, half, 4 * q + k, part)
                     assert at % lay.WORD == 0 and Q6_ORDER[at // lay.WORD] == file_word + k
                     seen.append(at // lay.WORD)
