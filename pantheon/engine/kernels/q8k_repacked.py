@@ -19,14 +19,13 @@ from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8dot_tiles import put_rows
-from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5, QH5_BYTES, SC, SC6, WORD,
-                                                         quants, word6, words6)
+from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5_BYTES, SC, SC6, WORD, quants,
+                                                         word6, words6)
 from pantheon.engine.kernels.q8k_repacked_tiles import tiled
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, hi16, imac16, imacs16,
-                                                lo16, or16, qbit16, sbload16, six_a, six_b, six_c, six_d, spair16,
-                                                vdot16, wdot16, wload16)
+from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, imac16, imacs16, sbload16,
+                                                six_a, six_b, six_c, six_d, spair16, vdot16, wdot16, wload16)
 from pantheon.engine.kernels.steal import claim, counters, run_of
 
 # From this many vectors on (prefill), a task is unpacked once into q8k_lanes' tile of 8-bit quants and
@@ -90,54 +89,27 @@ def _end1(acc, i, g, isum, row, f, bs16, b, xd):
 
 
 @inline
-def _one2(p, t, xq, xd, bs16, i, b, acc):
-    """`_four` for the single vector i of Q4_K (Q5_K: `_one5`), both 16-row groups at once: each 128-byte
-    quant word of the 32 rows read whole and in order, which the hardware prefetcher follows."""
-    row, o, x0, i0, i1 = p[t], b * GB, xq[i], izero16(), izero16()
+def _one2(five, p, t, xq, xd, bs16, i, b, acc):
+    """`_four` for the single vector i (Q5_K when `five`), both 16-row groups at once: each 128-byte quant
+    word of the 32 rows read whole and in order, which the hardware prefetcher follows (Q5_K's qh words
+    are read in order on the first pair, from L1 on the other three)."""
+    row, o, x0, i0, i1 = p[t], b * (GB5 if five else GB), xq[i], izero16(), izero16()
+    f = o + (QH5_BYTES if five else 0)  # where the scales, mins, d and dmin start, less SC
     for pr in range(4):
         c0, f0, c1, f1 = izero16(), izero16(), izero16(), izero16()
         for w in range(8):
             at = o + (pr * 8 + w) * WORD
-            lo, hi = quants(False, row, o, at, 0, pr, w)
-            lo1, hi1 = quants(False, row, o, at + 64, 64, pr, w)
+            lo, hi = quants(five, row, o, at, 0, pr, w)
+            lo1, hi1 = quants(five, row, o, at + 64, 64, pr, w)
             xo = b * QK_K + 64 * pr + 4 * w
             c0, f0 = vdot16(c0, lo, x0, xo), vdot16(f0, hi, x0, xo + 32)
             c1, f1 = vdot16(c1, lo1, x0, xo), vdot16(f1, hi1, x0, xo + 32)
-        s0, s1 = bload16(row, o + SC + 2 * pr * ROWS), bload16(row, o + SC + (2 * pr + 1) * ROWS)
+        s0, s1 = bload16(row, f + SC + 2 * pr * ROWS), bload16(row, f + SC + (2 * pr + 1) * ROWS)
         i0 = imac16(imac16(i0, c0, s0), f0, s1)
-        s0, s1 = bload16(row, o + SC + 2 * pr * ROWS + 16), bload16(row, o + SC + (2 * pr + 1) * ROWS + 16)
+        s0, s1 = bload16(row, f + SC + 2 * pr * ROWS + 16), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16)
         i1 = imac16(imac16(i1, c1, s0), f1, s1)
-    _end1(acc, i, 0, i0, row, o, bs16, b, xd)
-    _end1(acc, i, 1, i1, row, o, bs16, b, xd)
-
-
-@inline
-def _bits5(c, e, row, at, qh, x, xo, left_lo, right_lo, left_hi, right_hi):
-    """One Q5_K quant word of 16 rows (pair p) against vector x: the low nibbles with their fifth bit into
-    c, the high ones into e (constant shifts: qh bit 2p, 2p + 1 moved to bit 4)."""
-    v = wload16(row, at)
-    c = vdot16(c, or16(lo16(v), qbit16(qh, left_lo, right_lo)), x, xo)
-    return c, vdot16(e, or16(hi16(v), qbit16(qh, left_hi, right_hi)), x, xo + 32)
-
-
-@inline
-def _one5(p, t, g, xq, xd, bs16, i, b, acc):
-    """`_one2` for Q5_K, one 16-row group, with each qh word loaded once for its 4 pairs (8 dot
-    accumulators, one vector)."""
-    row, o, h, x0 = p[t], b * GB5, 64 * g, xq[i]
-    c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
-    e0, e1, e2, e3 = izero16(), izero16(), izero16(), izero16()
-    for w in range(8):
-        qh, xo, at = wload16(row, o + QH5 + w * WORD + h), b * QK_K + 4 * w, o + w * WORD + h
-        c0, e0 = _bits5(c0, e0, row, at, qh, x0, xo, 4, 0, 3, 0)
-        c1, e1 = _bits5(c1, e1, row, at + 8 * WORD, qh, x0, xo + 64, 2, 0, 1, 0)
-        c2, e2 = _bits5(c2, e2, row, at + 16 * WORD, qh, x0, xo + 128, 0, 0, 0, 1)
-        c3, e3 = _bits5(c3, e3, row, at + 24 * WORD, qh, x0, xo + 192, 0, 2, 0, 3)
-    f, i0 = o + QH5_BYTES, izero16()
-    for pr, (c, e) in enumerate(((c0, e0), (c1, e1), (c2, e2), (c3, e3))):
-        s0, s1 = bload16(row, f + SC + 2 * pr * ROWS + 16 * g), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16 * g)
-        i0 = imac16(imac16(i0, c, s0), e, s1)
-    _end1(acc, i, g, i0, row, f, bs16, b, xd)
+    _end1(acc, i, 0, i0, row, f, bs16, b, xd)
+    _end1(acc, i, 1, i1, row, f, bs16, b, xd)
 
 
 @inline
@@ -297,11 +269,8 @@ def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr, ahead):
         for i in range(n - n % 4, n):
             if six:
                 _one6x2(p, t, xq, xd, bs16, i, b, acc)
-            elif five:
-                _one5(p, t, 0, xq, xd, bs16, i, b, acc)
-                _one5(p, t, 1, xq, xd, bs16, i, b, acc)
             else:
-                _one2(p, t, xq, xd, bs16, i, b, acc)
+                _one2(five, p, t, xq, xd, bs16, i, b, acc)
         for g in range(2):
             e8 = n - n % 8 if six else 0
             for i in range(0, e8, 8):
