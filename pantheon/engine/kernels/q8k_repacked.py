@@ -91,8 +91,8 @@ def _end1(acc, i, g, isum, row, f, bs16, b, xd):
 @inline
 def _one2(five, p, t, xq, xd, bs16, i, b, acc):
     """`_four` for the single vector i (Q5_K when `five`), both 16-row groups at once: each 128-byte quant
-    word of the 32 rows read whole and in order, which the hardware prefetcher follows (Q5_K's qh words
-    are read in order on the first pair, from L1 on the other three)."""
+    word of the 32 rows read whole and in order, which the hardware prefetcher follows (Q5_K's qh words,
+    a second stream on the first pair and in L1 for the other three, get kernels.stream's prefetch)."""
     row, o, x0, i0, i1 = p[t], b * (GB5 if five else GB), xq[i], izero16(), izero16()
     f = o + (QH5_BYTES if five else 0)  # where the scales, mins, d and dmin start, less SC
     for pr in range(4):

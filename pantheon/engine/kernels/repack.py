@@ -17,8 +17,8 @@ after another, each as [unit][row] (a unit: the bytes one row contributes at a t
   Q6_K  the file's ql (32 words) and qh (16 words) by quarter: quarter (h, q) holds, for k = 0..3,
         ql word 16h+4q+k, ql word 16h+8+4q+k and qh word 8h+4q+k (the three one 6-bit value is
         assembled from), so a pass reads a super-block strictly in address order and the hardware
-        prefetcher follows it; then the 16 int8 scales, d: fp16 (half
-        h's ql bytes l and l + 32 and qh byte l hold values 128h + l, +32, +64, +96)
+        prefetcher follows it; then the 16 int8 scales, d: fp16 (half h's ql bytes l and l + 32 and
+        qh byte l hold values 128h + l, +32, +64, +96)
 
 Q4_0, Q8_0 and Q6_K are a permutation of the file's bytes (18 / 34 / 210 per row and block); Q4_K
 and Q5_K grow by 4 bytes per row and super-block (144 -> 148, 176 -> 180: the 12 packed scale bytes
