@@ -34,7 +34,7 @@ import numpy as np
 
 from pantheon.engine import sizes
 from pantheon.engine.kernels import repack
-from pantheon.engine.kernels.simd import has_vnni
+from pantheon.engine.kernels.vnni import has_int8_dots
 from pantheon.engine.model_weights import map_weights, matrices
 from pantheon.engine.weights import Stack
 
@@ -54,7 +54,7 @@ def attach(weights, model_path, directory=None):
     """`weights` with each Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrix's repacked copy bound (Weight.packed), from
     the sidecar in `directory` (None: sizes.REPACK_DIR), written first when absent; `weights` unchanged
     when no matrix qualifies on this host or the sidecar cannot be had (logged)."""
-    if not has_vnni():  # the kernels reading the layout are AVX-512 VNNI kernels
+    if not has_int8_dots():  # the kernels reading the layout need VNNI or AVX2 (kernels.vnni)
         return weights
     targets = [w for w in matrices(weights) if repack.supports(w.qtype, w.cols)]
     if not targets:

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from pantheon.engine.kernels import q8dot
+from pantheon.engine.kernels.vnni import has_int8_dots
 from tests.workers.serving import Server
 
-pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="the repacked kernels need AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not has_int8_dots(), reason="the repacked kernels need AVX512-VNNI or AVX2")
 
 BODY = {"prompt": "The repacked die says", "max_tokens": 6, "temperature": 0}
 

@@ -1,4 +1,4 @@
-"""Products of raw blocks with int8-quantized activations (llama.cpp's Q8 dot path) via VNNI.
+"""Products of raw blocks with int8-quantized activations (llama.cpp's Q8 dot path) via VNNI or AVX2.
 
 The activations are quantized once per call to int8 per 32 values with a float32 scale, exactly
 the Q8_0 layout llama.cpp's CPU backend quantizes to before its Q4_0/Q8_0 dot products; every 32
@@ -21,13 +21,14 @@ from numba import prange
 from pantheon.engine.kernels.jit import exact, inline
 from pantheon.engine.kernels.q8dot_repacked import q4_0_repacked, q8_0_repacked
 from pantheon.engine.kernels.q8dot_tiles import prefetch_rows, q4_0_tiles, q8_0_tiles
-from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fmadd, half_at, has_vnni, mul,
+from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fmadd, half_at, mul,
                                           nibbles16, prefetch, store8)
 from pantheon.engine.kernels.simd import fzero as fzero8
 from pantheon.engine.kernels.simd512 import fma8, fzero16, isum8, pack8, reduce8
 from pantheon.engine.kernels.simd_f32 import hmax16, isum16, qround16, vabsmax16
 from pantheon.engine.kernels.simd_lanes import fload16
 from pantheon.engine.kernels.stream import prefetch_ahead
+from pantheon.engine.kernels.vnni import has_int8_dots
 
 QK = 32
 Q4_0_BYTES, Q8_0_BYTES = 18, 34
@@ -72,8 +73,10 @@ class Activations:
 @inline
 def _dots(row, o, xi, xo, eight):
     """<8 x i32> partial dots of the block at row[o:] (Q8_0 when `eight`, else Q4_0) with xi[xo:xo+32]."""
-    w = flip_sign(bits32(row, o + 2, 0, 255)) if eight else nibbles16(row, o + 2)  # [32] u8 quants
-    return dot4(w, bits32(xi, xo, 0, 255))
+    x = bits32(xi, xo, 0, 255)  # [32] int8 activations
+    if eight:
+        return dot4(flip_sign(bits32(row, o + 2, 0, 255)), x)  # [32] q + 128
+    return dot4(nibbles16(row, o + 2), x)  # [32] nibbles
 
 
 @inline
@@ -143,13 +146,13 @@ _BY_TYPE = {"Q4_0": (q4_0, q4_0_tiles, q4_0_repacked), "Q8_0": (q8_0, q8_0_tiles
 @functools.cache
 def _kernels(qtype):
     """The kernels of `qtype` as in _BY_TYPE, or None: one enum lookup per type, not per call."""
-    if not has_vnni():
+    if not has_int8_dots():
         return None
     return _BY_TYPE.get(GGMLQuantizationType(qtype).name)
 
 
 def supports(qtype):
-    """True when a VNNI kernel serves `qtype` (on this host)."""
+    """True when an int8 kernel serves `qtype` on this host (VNNI, or AVX2's sequence: kernels.vnni)."""
     return _kernels(qtype) is not None
 
 

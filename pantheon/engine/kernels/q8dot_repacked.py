@@ -155,4 +155,4 @@ def q4_0_repacked(p, rows, xq, xd, xsum, out, threads, ahead):
 @exact
 def q8_0_repacked(p, rows, xq, xd, xsum, out, threads, ahead):
     """out[i, r] for repacked Q8_0 rows (q + 128 as vpdpbusd's unsigned side, 128·Σxq folded out)."""
-    _products(p, rows, xq, xd, xsum, out, np.int32(128), 8, threads, ahead)
+    _products(p.view(np.int8), rows, xq, xd, xsum, out, np.int32(128), 8, threads, ahead)  # wide bytes

@@ -47,8 +47,10 @@ def _unpack(raw, r0, nr, qt32, ds, eight, nbytes, ahead):
     for rr in range(full, nr):
         row = raw[r0 + rr]  # [row_bytes]
         for b in range(ds.shape[0] // CHUNK):
-            w = flip_sign(bits32(row, b * nbytes + 2, 0, 255)) if eight else nibbles16(row, b * nbytes + 2)  # [32]
-            scatter_words(qt32, b * 8 * CHUNK + rr, CHUNK, w)
+            if eight:
+                scatter_words(qt32, b * 8 * CHUNK + rr, CHUNK, flip_sign(bits32(row, b * nbytes + 2, 0, 255)))
+            else:
+                scatter_words(qt32, b * 8 * CHUNK + rr, CHUNK, nibbles16(row, b * nbytes + 2))
 
 
 @inline
@@ -138,13 +140,14 @@ def _task(raw, xq, xd, xsum, out, zero, nbytes, c, ahead, qt, ds, tmp):
 
 
 @inline
-def _tiles(raw, xq, xd, xsum, out, zero, nbytes, threads):
+def _tiles(raw, xq, xd, xsum, out, zero, nbytes, threads, quants):
     """out [n, rows] for every vector: each of `threads` workers takes every threads-th task with one
-    scratch, allocated once per call rather than once per task."""
+    scratch, allocated once per call rather than once per task. `quants`, the tile's dtype: int8 for
+    Q8_0's bytes of any value (simd512.wide_bytes), uint8 for nibbles."""
     tasks, nb = (raw.shape[0] + CHUNK - 1) // CHUNK, xd.shape[1]
     workers = max(1, min(tasks, threads))
     for t in prange(workers):
-        qt = np.empty(nb * 8 * GROUP, np.uint8)  # [nb, 8, CHUNK, 4] interleaved quants
+        qt = np.empty(nb * 8 * GROUP, quants)  # [nb, 8, CHUNK, 4] interleaved quants
         ds = np.empty(nb * CHUNK, np.float32)  # [nb, CHUNK] d
         tmp = np.empty(16, np.float32)  # [16] one ragged row group
         for c in range(t, tasks, workers):
@@ -155,10 +158,10 @@ def _tiles(raw, xq, xd, xsum, out, zero, nbytes, threads):
 @exact
 def q4_0_tiles(raw, xq, xd, xsum, out, threads):
     """out[i, r] for Q4_0 rows raw and quantized vectors xq (scales xd, sums xsum [n, cols/32])."""
-    _tiles(raw, xq, xd, xsum, out, np.int32(8), Q4_0_BYTES, threads)
+    _tiles(raw, xq, xd, xsum, out, np.int32(8), Q4_0_BYTES, threads, np.uint8)
 
 
 @exact
 def q8_0_tiles(raw, xq, xd, xsum, out, threads):
     """out[i, r] for Q8_0 rows (q + 128 as vpdpbusd's unsigned side, 128·Σxq folded out)."""
-    _tiles(raw, xq, xd, xsum, out, np.int32(128), Q8_0_BYTES, threads)
+    _tiles(raw, xq, xd, xsum, out, np.int32(128), Q8_0_BYTES, threads, np.int8)

@@ -2,9 +2,10 @@
 
 Every n goes through integer kernels (never dequantize + BLAS), and on one host every kernel of a
 type computes each output with the same operations, so a sequence's logits do not depend on the
-batch it ran in. AVX-512 VNNI hosts: q8k_rows reads rows in place for one vector, q8k_lanes
-interleaves 32 rows per task for every larger batch (and for Q2_K, Q3_K always). AVX2 hosts:
-q8k_dot's 1- and 4-vector kernels, q8k_tiles (rows unpacked once per task) from TILES_FROM vectors.
+batch it ran in. Hosts with VNNI or AVX2 (kernels.vnni): q8k_rows reads rows in place for one vector,
+q8k_lanes interleaves 32 rows per task for every larger batch (and for Q2_K, Q3_K always). q8k_dot's
+1- and 4-vector kernels and q8k_tiles (rows unpacked once per task, from TILES_FROM vectors) are the
+AVX2-only family these replaced on AVX2 hosts; `_product_avx2` keeps them, tested, for comparison.
 """
 
 import functools
@@ -17,7 +18,7 @@ from pantheon.engine.kernels.q8k_repacked import q4_k_repacked, q5_k_repacked, q
 from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8k_acts import Q8K
-from pantheon.engine.kernels.simd import has_vnni
+from pantheon.engine.kernels.vnni import has_int8_dots
 from pantheon.engine.kernels.stream import prefetch_ahead
 
 # qtype name -> (direct 1-vector kernel or None, direct 4-vector kernel or None, q8k_tiles kind); without
@@ -26,7 +27,7 @@ _BY_TYPE = {"Q4_K": (q8k_dot.q4_k, q8k_dot.q4_k_x4, q8k_tiles.Q4_K), "Q5_K": (q8
             "Q6_K": (q8k_dot.q6_k, q8k_dot.q6_k_x4, q8k_tiles.Q6_K), "Q2_K": (None, None, q8k_tiles.Q2_K),
             "Q3_K": (None, None, q8k_tiles.Q3_K)}
 # qtype name -> (in-place kernel for few vectors or None, in-place 4-vector kernel or None, q8k_lanes kind),
-# on AVX-512 VNNI hosts.
+# on hosts with VNNI or AVX2.
 _BY_TYPE_512 = {"Q4_K": (q8k_rows.q4_k, q8k_rows.q4_k_x4, q8k_tiles.Q4_K),
                 "Q5_K": (q8k_rows.q5_k, None, q8k_tiles.Q5_K),
                 "Q6_K": (q8k_rows.q6_k, q8k_rows.q6_k_x4, q8k_tiles.Q6_K),
@@ -52,8 +53,11 @@ def _kernels(qtype):
 
 @functools.cache
 def _kernels_512(qtype):
-    """The kernels of `qtype` as in _BY_TYPE_512 on an AVX-512 VNNI host, else None."""
-    if not has_vnni():
+    """The kernels of `qtype` as in _BY_TYPE_512 where the int8 dot kernels run (VNNI, or AVX2's sequence:
+    kernels.vnni), else None. AVX2 hosts take them too, though q8k_dot's were a little faster on rows in
+    place (Q4_K 5632x2048 x12, one vector: 14.2 GB/s against 13.3), because the repacked kernels equal
+    these bit for bit: a sequence's logits do not depend on whether the sidecar was there."""
+    if not has_int8_dots():
         return None
     return _BY_TYPE_512.get(GGMLQuantizationType(qtype).name)
 
@@ -77,7 +81,7 @@ def product(qtype, raw, acts, out):
 
 
 def _product_512(qtype, raw, acts, out):
-    """`product` on an AVX-512 VNNI host: in-place kernels for few vectors, q8k_lanes for more."""
+    """`product` with kernels.vnni's dots: in-place kernels for few vectors, q8k_lanes for more."""
     one, four, kind = _kernels_512(qtype)
     if one is None or acts.n >= (LANES_FROM if four is not None else LANES_FROM_1):
         q8k_lanes.tiles(kind, raw, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads())
@@ -101,13 +105,13 @@ def _product_avx2(qtype, raw, acts, out):
         one(raw, acts.xq[m:], acts.xd[m:], acts.bs16[m:], out[m:])
 
 
-# qtype -> the kernel on its repacked layout (kernels.repack), AVX-512 VNNI hosts.
+# qtype -> the kernel on its repacked layout (kernels.repack), AVX-512 VNNI and AVX2 hosts (kernels.vnni).
 _REPACKED = {GGMLQuantizationType.Q4_K: q4_k_repacked, GGMLQuantizationType.Q5_K: q5_k_repacked,
              GGMLQuantizationType.Q6_K: q6_k_repacked}
 
 
 def product_repacked(qtype, packed, rows, acts, out):
-    """`product` on the repacked copy (kernels.repack) of a `rows`-row Q4_K / Q5_K / Q6_K weight, on an AVX-512
-    VNNI host: one kernel for every n, with the same bits as `product`."""
+    """`product` on the repacked copy (kernels.repack) of a `rows`-row Q4_K / Q5_K / Q6_K weight, on a VNNI
+    or AVX2 host: one kernel for every n, with the same bits as `product`."""
     _REPACKED[qtype](packed, rows, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads(),
                      prefetch_ahead(qtype, acts.n))

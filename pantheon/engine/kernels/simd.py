@@ -1,18 +1,18 @@
-"""256-bit LLVM vector values and the AVX-512 VNNI byte dot product (vpdpbusd) as numba intrinsics.
+"""256-bit LLVM vector values and the VNNI byte dot product (vpdpbusd) as numba intrinsics.
 
 LLVM never emits vpdpbusd from numba integer loops, and it is the instruction that lets llama.cpp
-multiply 32 quants by 32 int8 activations in one step. These intrinsics hand numba code vector
+multiply 32 quants by 32 int8 activations in one step (kernels.vnni: AVX2's sequence on hosts
+without it). These intrinsics hand numba code vector
 values (a numba type whose LLVM model is a <N x T> vector), so kernels stay Python loops while
 the inner arithmetic is the exact instruction sequence llama.cpp's AVX2/VNNI path uses.
 """
 
-import functools
-
-import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
+
+from pantheon.engine.kernels.vnni import dpbusd
 
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 
@@ -28,19 +28,15 @@ class Vec(types.Type):
 @register_model(Vec)
 class _VecModel(models.PrimitiveModel):
     def __init__(self, dmm, fe_type):
-        elem = {"i8": _I8, "i16": ir.IntType(16), "i32": _I32, "f32": _F32}[fe_type.kind]
+        elem = {"i8": _I8, "u8": _I8, "i16": ir.IntType(16), "i32": _I32, "u32": _I32, "f32": _F32}[fe_type.kind]
         super().__init__(dmm, fe_type, ir.VectorType(elem, fe_type.count))
 
 
 I8X32, I32X8, F32X8, F32X4 = Vec("i8", 32), Vec("i32", 8), Vec("f32", 8), Vec("f32", 4)
+# 32 bytes of any unsigned value (Q8_0's q + 128): `dot4` takes the form that is exact for them (vnni.dpbusd's
+# `wide`); I8X32 quants, the usual kind, are below 128.
+U8X32 = Vec("u8", 32)
 _V8, _V32, _VF, _VF4 = ir.VectorType(_I8, 32), ir.VectorType(_I32, 8), ir.VectorType(_F32, 8), ir.VectorType(_F32, 4)
-
-
-@functools.cache
-def has_vnni():
-    """True when the host runs 256-bit vpdpbusd (AVX512-VNNI with AVX512-VL); else kernels fall back."""
-    feats = llb.get_host_cpu_features()
-    return bool(feats.get("avx512vnni") and feats.get("avx512vl"))
 
 
 def _bytes_at(context, builder, aryty, ary, off, count):
@@ -173,16 +169,15 @@ def flip_sign(typingctx, v):
     """v xor 0x80: int8 q as the unsigned byte q + 128, so vpdpbusd can take it as its unsigned side."""
     def codegen(context, builder, sig, args):
         return builder.xor(args[0], ir.Constant(_V8, [0x80 - 256] * 32))
-    return I8X32(v), codegen
+    return U8X32(v), codegen
 
 
 @intrinsic
 def dot4(typingctx, u, s):
-    """vpdpbusd from zero: lane k = Σ_{j<4} u[4k+j]·s[4k+j], u unsigned bytes, s signed bytes."""
+    """vpdpbusd from zero: lane k = Σ_{j<4} u[4k+j]·s[4k+j], u unsigned bytes (U8X32: any, else below
+    128), s signed bytes."""
     def codegen(context, builder, sig, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32, [_V32, _V8, _V8]),
-                                            "llvm.x86.avx512.vpdpbusd.256")
-        return builder.call(fn, [ir.Constant(_V32, [0] * 8), args[0], args[1]])
+        return dpbusd(builder, ir.Constant(_V32, [0] * 8), args[0], args[1], sig.args[0] == U8X32)
     return I32X8(u, s), codegen
 
 

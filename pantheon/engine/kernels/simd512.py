@@ -15,11 +15,20 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from pantheon.engine.kernels.simd import F32X8, I32X8, Vec, _splat
+from pantheon.engine.kernels.vnni import dpbusd, dpwssd
 
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 _V16I, _V16F, _V64B = ir.VectorType(_I32, 16), ir.VectorType(_F32, 16), ir.VectorType(_I8, 64)
 _V8I, _V8F = ir.VectorType(_I32, 8), ir.VectorType(_F32, 8)
 I32X16, F32X16 = Vec("i32", 16), Vec("f32", 16)
+# 16 quant words of any bytes (Q8_0's q + 128), for `vdot16`'s form exact on them; I32X16 words are below 128.
+U32X16 = Vec("u32", 16)
+
+
+def wide_bytes(aryty):
+    """True for an int8 quant array: its bytes are any unsigned value (Q8_0's q + 128 as int8 bit
+    patterns), where a uint8 one's are below 128 (nibbles, K-quant values): vnni.dpbusd's `wide`."""
+    return aryty.dtype == types.int8
 
 
 def _ptr(context, builder, aryty, ary, idx, elem):
@@ -51,12 +60,12 @@ def ibcast16(typingctx, v):
 @intrinsic
 def bdot16(typingctx, acc, w, woff, x, xoff):
     """acc + vpdpbusd(64 row-interleaved quant bytes at w[woff:], the 4 activation bytes at x[xoff:] in
-    every lane): each of 16 rows advances by 4 quants."""
+    every lane): each of 16 rows advances by 4 quants (an int8 w: bytes of any value, `wide_bytes`)."""
     def codegen(context, builder, sig, args):
         wv = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], _V64B), align=1)
         xw = builder.load(_ptr(context, builder, sig.args[3], args[3], args[4], _I32), align=1)
         xv = builder.bitcast(_splat(builder, xw, _V16I), _V64B)
-        return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _V16I, [args[0], wv, xv])
+        return dpbusd(builder, args[0], wv, xv, wide_bytes(sig.args[1]))
     return I32X16(acc, w, woff, x, xoff), codegen
 
 
@@ -210,7 +219,7 @@ def mins16(typingctx, mn, idx, step, bs, bidx):
             pair = builder.load(_ptr(context, builder, sig.args[3], args[3],
                                      builder.add(args[4], ir.Constant(args[4].type, j - j % 2)), _I32), align=2)
             x = builder.bitcast(_splat(builder, pair, _V16I), v32)
-            acc = _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I, [acc, builder.bitcast(m, v32), x])
+            acc = dpwssd(builder, acc, builder.bitcast(m, v32), x)
         return acc
     return I32X16(mn, idx, step, bs, bidx), codegen
 

@@ -10,16 +10,18 @@ from numba import types
 from numba.extending import intrinsic
 
 from pantheon.engine.kernels.simd import _splat
-from pantheon.engine.kernels.simd512 import (F32X16, I32X16, _I8, _V16F, _V16I, _V64B, _I32, _as_i32, _call,
-                                             _fma_rows, _ptr)
+from pantheon.engine.kernels.simd512 import (F32X16, I32X16, U32X16, _I8, _V16F, _V16I, _V64B, _I32, _as_i32,
+                                             _fma_rows, _ptr, wide_bytes)
+from pantheon.engine.kernels.vnni import dpbusd, dpwssd
 
 
 @intrinsic
 def wload16(typingctx, ary, off):
-    """The 64 bytes at ary[off:] of a uint8 array as <16 x i32>: one quant word of 16 repacked rows."""
+    """The 64 bytes at ary[off:] of a uint8 array as <16 x i32>: one quant word of 16 repacked rows
+    (U32X16 words from an int8 array, simd512.wide_bytes)."""
     def codegen(context, builder, sig, args):
         return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _V16I), align=1)
-    return I32X16(ary, off), codegen
+    return (U32X16 if wide_bytes(ary) else I32X16)(ary, off), codegen
 
 
 def _nibbles(high):
@@ -43,7 +45,7 @@ def vdot16(typingctx, acc, w, x, xoff):
     def codegen(context, builder, sig, args):
         xw = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _I32), align=1)
         xv = builder.bitcast(_splat(builder, xw, _V16I), _V64B)
-        return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _V16I, [args[0], builder.bitcast(args[1], _V64B), xv])
+        return dpbusd(builder, args[0], builder.bitcast(args[1], _V64B), xv, sig.args[1] == U32X16)
     return I32X16(acc, w, x, xoff), codegen
 
 
@@ -176,7 +178,7 @@ def wdot16(typingctx, acc, pairs, bs, idx):
         v32 = ir.VectorType(ir.IntType(16), 32)
         pair = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _I32), align=2)
         x = builder.bitcast(_splat(builder, pair, _V16I), v32)
-        return _call(builder, "llvm.x86.avx512.vpdpwssd.512", _V16I, [args[0], builder.bitcast(args[1], v32), x])
+        return dpwssd(builder, args[0], builder.bitcast(args[1], v32), x)
     return I32X16(acc, pairs, bs, idx), codegen
 
 

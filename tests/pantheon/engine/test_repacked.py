@@ -11,12 +11,13 @@ from gguf import GGMLQuantizationType as T
 
 from pantheon.demo import demo_model_path
 from pantheon.engine import repacked
-from pantheon.engine.kernels import matmul, q8dot
+from pantheon.engine.kernels import matmul
+from pantheon.engine.kernels.vnni import has_int8_dots
 from pantheon.engine.model import open_model
 from pantheon.engine.model_weights import Block, matrices
 from pantheon.engine.weights import Weight
 
-pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="the repacked kernels need AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not has_int8_dots(), reason="the repacked kernels need AVX512-VNNI or AVX2")
 
 TOKENS = [1, 5, 9, 200, 17, 3]
 

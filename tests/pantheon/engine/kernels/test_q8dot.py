@@ -7,10 +7,11 @@ from gguf.quants import dequantize
 
 from pantheon.engine.kernels import q8dot
 from pantheon.engine.kernels.matmul import matmul, qmatmul
+from pantheon.engine.kernels.vnni import has_int8_dots
 from pantheon.engine.weights import Weight
 from tests.pantheon.engine.kernels.blocks import random_blocks
 
-pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="host has no AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not has_int8_dots(), reason="host has neither AVX512-VNNI nor AVX2")
 
 TYPES = (T.Q4_0, T.Q8_0)
 BATCHES = (1, 3, 4, 9, 21)

@@ -6,9 +6,10 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pantheon.engine.kernels import q8dot, repack
+from pantheon.engine.kernels.vnni import has_int8_dots
 from tests.pantheon.engine.kernels.blocks import random_blocks
 
-pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="host has no AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not has_int8_dots(), reason="host has neither AVX512-VNNI nor AVX2")
 
 # 85 rows: a ragged last task; 512 columns: two spans of 8 blocks; 11 vectors: two 4-vector passes
 # and 3 single ones.

@@ -6,9 +6,10 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import q8dot, q8dot_tiles
+from pantheon.engine.kernels.vnni import has_int8_dots
 from tests.pantheon.engine.kernels.test_q8dot import random_blocks, reference_quantize
 
-pytestmark = pytest.mark.skipif(not q8dot.has_vnni(), reason="host has no AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not has_int8_dots(), reason="host has neither AVX512-VNNI nor AVX2")
 
 # qtype -> (interleaving kernel, in-place kernel)
 KERNELS = {T.Q4_0: (q8dot_tiles.q4_0_tiles, q8dot.q4_0), T.Q8_0: (q8dot_tiles.q8_0_tiles, q8dot.q8_0)}

@@ -7,7 +7,7 @@ from gguf.quants import dequantize
 from pantheon.engine.kernels import q8dot, q8k
 from pantheon.engine.kernels.avx2 import has_avx2
 from pantheon.engine.kernels.matmul import qmatmul
-from pantheon.engine.kernels.simd import has_vnni
+from pantheon.engine.kernels.vnni import has_int8_dots
 from pantheon.engine.weights import Weight
 from tests.pantheon.engine.kernels.blocks import K_QUANTS, random_blocks
 
@@ -19,10 +19,10 @@ BATCHES = (1, 3, 4, 9, 20)
 
 @pytest.fixture(autouse=True, params=["avx512", "avx2"])
 def family(request, monkeypatch):
-    """Each test on the AVX-512 VNNI kernels (q8k_rows, q8k_lanes) and on the AVX2 ones (q8k_dot,
-    q8k_tiles), which an AVX2-only host takes: both run on a VNNI host."""
-    if request.param == "avx512" and not has_vnni():
-        pytest.skip("host has no AVX512-VNNI")
+    """Each test on the kernels every host with VNNI or AVX2 takes (q8k_rows, q8k_lanes) and on the
+    AVX2-only family they replaced (q8k_dot, q8k_tiles): both run on either host."""
+    if request.param == "avx512" and not has_int8_dots():
+        pytest.skip("host has neither AVX512-VNNI nor AVX2")
     if request.param == "avx2":
         monkeypatch.setattr(q8k, "_kernels_512", lambda qtype: None)
     return request.param

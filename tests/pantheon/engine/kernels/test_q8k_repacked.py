@@ -6,10 +6,10 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import q8k, repack
-from pantheon.engine.kernels.simd import has_vnni
+from pantheon.engine.kernels.vnni import has_int8_dots
 from tests.pantheon.engine.kernels.blocks import random_blocks
 
-pytestmark = pytest.mark.skipif(not has_vnni(), reason="host has no AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not has_int8_dots(), reason="host has neither AVX512-VNNI nor AVX2")
 
 # 85 rows: a ragged last task; 512 columns: two super-blocks; 17 vectors: four 4-vector passes and one
 # single (and, on the zero-copy side, the interleaving kernels from 16 vectors).

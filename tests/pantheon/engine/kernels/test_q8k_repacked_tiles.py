@@ -5,10 +5,10 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from pantheon.engine.kernels.q8k_repacked import TILED_FROM
-from pantheon.engine.kernels.simd import has_vnni
+from pantheon.engine.kernels.vnni import has_int8_dots
 from tests.pantheon.engine.kernels.test_q8k_repacked import repacked_and_zero_copy
 
-pytestmark = pytest.mark.skipif(not has_vnni(), reason="host has no AVX512-VNNI")
+pytestmark = pytest.mark.skipif(not has_int8_dots(), reason="host has neither AVX512-VNNI nor AVX2")
 
 
 @pytest.mark.parametrize("qtype", (T.Q4_K, T.Q5_K, T.Q6_K))

@@ -1,0 +1,102 @@
+"""kernels.vnni: vpdpbusd and vpdpwssd, as the host runs them and as AVX2's sequence, against integer sums."""
+
+import llvmlite.binding as llb
+import numba
+import numpy as np
+import pytest
+
+from pantheon.engine.kernels import vnni
+from pantheon.engine.kernels.simd import bits32, dot4, flip_sign
+from pantheon.engine.kernels.simd512 import isum8, izero16
+from pantheon.engine.kernels.simd_f32 import isum16
+from pantheon.engine.kernels.simd_lanes import vdot16, wdot16, wload16
+
+
+@pytest.fixture(params=["host", "avx2"])
+def form(request, monkeypatch):
+    """Each test with this host's form and with AVX2's, forced (a VNNI host runs AVX2 code too); the
+    intrinsics pick their form when numba compiles them, so every test compiles its own functions."""
+    if not vnni.has_int8_dots():
+        pytest.skip("host has neither AVX512-VNNI nor AVX2")
+    if request.param == "avx2":
+        if not llb.get_host_cpu_features().get("avx2"):
+            pytest.skip("host has no AVX2")
+        monkeypatch.setattr(vnni, "has_vnni", lambda: False)
+    return request.param
+
+
+def _dot4_sums():
+    @numba.njit
+    def narrow(u, s, out):
+        for k in range(len(out)):
+            out[k] = isum8(dot4(bits32(u, 32 * k, 0, 255), bits32(s, 32 * k, 0, 255)))
+
+    @numba.njit
+    def wide(q, s, out):
+        for k in range(len(out)):
+            out[k] = isum8(dot4(flip_sign(bits32(q, 32 * k, 0, 255)), bits32(s, 32 * k, 0, 255)))
+    return narrow, wide
+
+
+def _extremes(rng, lo, hi, count):
+    """count·32 bytes in [lo, hi]: the first groups at the ends of the range (the sums that saturate a
+    careless int16 pair), then random ones."""
+    v = rng.integers(lo, hi + 1, count * 32)  # [count·32]
+    v[:32], v[32:64] = hi, lo
+    return v
+
+
+def test_dot4_equals_the_integer_dot_for_quants_below_128(form):
+    rng = np.random.default_rng(0)
+    u, s = _extremes(rng, 0, 127, 64), _extremes(rng, -128, 127, 64)  # [2048] each
+    s[:64] = np.tile([-128, 127], 32)
+    out = np.empty(64, np.int32)
+    _dot4_sums()[0](u.astype(np.uint8), s.astype(np.int8).view(np.uint8), out)
+    np.testing.assert_array_equal(out, (u * s).reshape(64, 32).sum(1))
+
+
+def test_dot4_on_flipped_bytes_equals_the_integer_dot_for_any_byte(form):
+    """Q8_0's q + 128 reaches 255: an unsplit vpmaddubsw pair would saturate at 2·255·127."""
+    rng = np.random.default_rng(1)
+    q, s = _extremes(rng, -128, 127, 64), _extremes(rng, -128, 127, 64)  # [2048] each
+    out = np.empty(64, np.int32)
+    _dot4_sums()[1](q.astype(np.int8).view(np.uint8), s.astype(np.int8).view(np.uint8), out)
+    np.testing.assert_array_equal(out, ((q + 128) * s).reshape(64, 32).sum(1))
+
+
+def _vdot16_sum():
+    @numba.njit
+    def run(w, x, out):
+        for k in range(len(out)):
+            acc = izero16()
+            for j in range(8):
+                acc = vdot16(acc, wload16(w, 64 * (8 * k + j)), x, 4 * (8 * k + j))
+            out[k] = isum16(acc)
+    return run
+
+
+@pytest.mark.parametrize("dtype,top", [(np.uint8, 127), (np.int8, 255)])
+def test_vdot16_equals_the_integer_dot(form, dtype, top):
+    """A uint8 word array holds quants below 128, an int8 one bytes of any value (simd512.wide_bytes)."""
+    rng = np.random.default_rng(2)
+    w, x = _extremes(rng, 0, top, 16 * 32), _extremes(rng, -128, 127, 32)  # [16384], [1024]
+    out = np.empty(32, np.int32)
+    _vdot16_sum()(w.astype(np.uint8).view(dtype), x.astype(np.int8).view(np.uint8), out)
+    rows = w.reshape(32, 8, 16, 4)  # [group, word, row, byte]
+    want = (rows * x.reshape(32, 8, 1, 4)).sum((1, 2, 3))  # [32]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_wdot16_equals_the_integer_pair_products(form):
+    @numba.njit
+    def run(pairs, bs, out):
+        for k in range(len(out)):
+            out[k] = isum16(wdot16(izero16(), wload16(pairs, 64 * k), bs, 2 * k))
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(-32768, 32768, (8, 32))  # [8, 16 lanes · 2 int16]
+    b = rng.integers(-128, 128, 16)  # [8 · 2] activation sums' range
+    a[0], b[:2] = -32768, 127
+    out = np.empty(8, np.int32)
+    run(a.astype(np.int16).view(np.uint8).reshape(-1), b.astype(np.int16), out)
+    np.testing.assert_array_equal(out, (a.reshape(8, 16, 2) * b.reshape(8, 1, 2)).sum((1, 2)))
