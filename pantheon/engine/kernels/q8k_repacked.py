@@ -4,7 +4,8 @@ A task's super-block holds its 32 rows' nibble words row-interleaved, their scal
 per row, then d and dmin. Per 16 rows and 4 vectors: one 64-byte load gives a quant word of 16 rows,
 split into its low nibbles (sub-block 2p) and high ones (2p + 1), each one vpdpbusd per vector; a
 sub-block pair's exact dots are multiplied by the rows' scales (vpmulld), the mins by the vectors'
-activation sums per 32, and each super-block ends with q8k_lanes' two fmas:
+activation sums per 32 (AVX2 hosts: vpmaddubsw pair sums added in int16 over a run of words, then one
+vpmaddwd by the scales, kernels.vnni.pairs), and each super-block ends with q8k_lanes' two fmas:
 acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc). The mins' sums come from vpdpwssd
 (two scale·Σxq products per lane), and Q6_K passes eight vectors at once, each 6-bit word assembled once
 for the eight. The same integers and float operations as the zero-copy kernels, so results are bit-equal
@@ -24,8 +25,9 @@ from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6
 from pantheon.engine.kernels.q8k_repacked_tiles import tiled
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, imac16, imacs16, sbload16,
-                                                six_a, six_b, six_c, six_d, spair16, vdot16, wdot16, wload16)
+from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, imacs16, pdot16, pmac16,
+                                                pwords16, sbload16, six_a, six_b, six_c, six_d, spair16, wdot16,
+                                                wload16)
 from pantheon.engine.kernels.steal import claim, counters, run_of
 
 # From this many vectors on (prefill), a task is unpacked once into q8k_lanes' tile of 8-bit quants and
@@ -48,21 +50,22 @@ def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
     row, o, h = p[t], b * (GB5 if five else GB), 64 * g
     f = o + (QH5_BYTES if five else 0)  # where the scales, mins, d and dmin start, less SC
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-    i0, i1, i2, i3 = izero16(), izero16(), izero16(), izero16()
+    i0, i1, i2, i3, step = izero16(), izero16(), izero16(), izero16(), pwords16(5 if five else 4)
     for pr in range(4):
-        c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
-        f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16()
-        for w in range(8):
-            lo, hi = quants(five, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
-            xo = b * QK_K + 64 * pr + 4 * w
-            c0, c1 = vdot16(c0, lo, x0, xo), vdot16(c1, lo, x1, xo)
-            c2, c3 = vdot16(c2, lo, x2, xo), vdot16(c3, lo, x3, xo)
-            xo += 32
-            f0, f1 = vdot16(f0, hi, x0, xo), vdot16(f1, hi, x1, xo)
-            f2, f3 = vdot16(f2, hi, x2, xo), vdot16(f3, hi, x3, xo)
         s0, s1 = bload16(row, f + SC + 2 * pr * ROWS + 16 * g), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16 * g)
-        i0, i1 = imac16(imac16(i0, c0, s0), f0, s1), imac16(imac16(i1, c1, s0), f1, s1)
-        i2, i3 = imac16(imac16(i2, c2, s0), f2, s1), imac16(imac16(i3, c3, s0), f3, s1)
+        for w0 in range(0, 8, step):
+            c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
+            f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16()
+            for w in range(w0, w0 + step):
+                lo, hi = quants(five, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
+                xo = b * QK_K + 64 * pr + 4 * w
+                c0, c1 = pdot16(c0, lo, x0, xo), pdot16(c1, lo, x1, xo)
+                c2, c3 = pdot16(c2, lo, x2, xo), pdot16(c3, lo, x3, xo)
+                xo += 32
+                f0, f1 = pdot16(f0, hi, x0, xo), pdot16(f1, hi, x1, xo)
+                f2, f3 = pdot16(f2, hi, x2, xo), pdot16(f3, hi, x3, xo)
+            i0, i1 = pmac16(pmac16(i0, c0, s0), f0, s1), pmac16(pmac16(i1, c1, s0), f1, s1)
+            i2, i3 = pmac16(pmac16(i2, c2, s0), f2, s1), pmac16(pmac16(i3, c3, s0), f3, s1)
     m0, m1, m2, m3 = izero16(), izero16(), izero16(), izero16()
     for j in range(8):
         mn, at = dup16(bload16(row, f + MN + j * ROWS + 16 * g)), 16 * b + 2 * j
@@ -75,8 +78,8 @@ def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
 @inline
 def _scaled8(s, sg, a):
     """s[k] + a[k]·sg for the eight vectors' sub-block dots a and the 16 rows' scales sg."""
-    return (imac16(s[0], a[0], sg), imac16(s[1], a[1], sg), imac16(s[2], a[2], sg), imac16(s[3], a[3], sg),
-            imac16(s[4], a[4], sg), imac16(s[5], a[5], sg), imac16(s[6], a[6], sg), imac16(s[7], a[7], sg))
+    return (pmac16(s[0], a[0], sg), pmac16(s[1], a[1], sg), pmac16(s[2], a[2], sg), pmac16(s[3], a[3], sg),
+            pmac16(s[4], a[4], sg), pmac16(s[5], a[5], sg), pmac16(s[6], a[6], sg), pmac16(s[7], a[7], sg))
 
 
 @inline
@@ -94,20 +97,20 @@ def _one2(five, p, t, xq, xd, bs16, i, b, acc):
     word of the 32 rows read whole and in order, which the hardware prefetcher follows (Q5_K's qh words,
     a second stream on the first pair and in L1 for the other three, get kernels.stream's prefetch)."""
     row, o, x0, i0, i1 = p[t], b * (GB5 if five else GB), xq[i], izero16(), izero16()
-    f = o + (QH5_BYTES if five else 0)  # where the scales, mins, d and dmin start, less SC
+    f, step = o + (QH5_BYTES if five else 0), pwords16(5 if five else 4)  # f: the scales, mins, d, dmin less SC
     for pr in range(4):
-        c0, f0, c1, f1 = izero16(), izero16(), izero16(), izero16()
-        for w in range(8):
-            at = o + (pr * 8 + w) * WORD
-            lo, hi = quants(five, row, o, at, 0, pr, w)
-            lo1, hi1 = quants(five, row, o, at + 64, 64, pr, w)
-            xo = b * QK_K + 64 * pr + 4 * w
-            c0, f0 = vdot16(c0, lo, x0, xo), vdot16(f0, hi, x0, xo + 32)
-            c1, f1 = vdot16(c1, lo1, x0, xo), vdot16(f1, hi1, x0, xo + 32)
         s0, s1 = bload16(row, f + SC + 2 * pr * ROWS), bload16(row, f + SC + (2 * pr + 1) * ROWS)
-        i0 = imac16(imac16(i0, c0, s0), f0, s1)
-        s0, s1 = bload16(row, f + SC + 2 * pr * ROWS + 16), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16)
-        i1 = imac16(imac16(i1, c1, s0), f1, s1)
+        t0, t1 = bload16(row, f + SC + 2 * pr * ROWS + 16), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16)
+        for w0 in range(0, 8, step):
+            c0, f0, c1, f1 = izero16(), izero16(), izero16(), izero16()
+            for w in range(w0, w0 + step):
+                at = o + (pr * 8 + w) * WORD
+                lo, hi = quants(five, row, o, at, 0, pr, w)
+                lo1, hi1 = quants(five, row, o, at + 64, 64, pr, w)
+                xo = b * QK_K + 64 * pr + 4 * w
+                c0, f0 = pdot16(c0, lo, x0, xo), pdot16(f0, hi, x0, xo + 32)
+                c1, f1 = pdot16(c1, lo1, x0, xo), pdot16(f1, hi1, x0, xo + 32)
+            i0, i1 = pmac16(pmac16(i0, c0, s0), f0, s1), pmac16(pmac16(i1, c1, t0), f1, t1)
     _end1(acc, i, 0, i0, row, f, bs16, b, xd)
     _end1(acc, i, 1, i1, row, f, bs16, b, xd)
 
@@ -142,48 +145,49 @@ def _four6(p, t, g, xq, xd, bs16, i, b, acc):
     positions l of a half) the four value groups l, l+32, l+64, l+96 of 16 rows, each scaled once."""
     row, o, h = p[t], b * GB6, 64 * g
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-    i0, i1, i2, i3 = izero16(), izero16(), izero16(), izero16()
+    i0, i1, i2, i3, step = izero16(), izero16(), izero16(), izero16(), pwords16(6)
     for half in range(2):
         for q in range(2):
-            a0, a1, a2, a3 = izero16(), izero16(), izero16(), izero16()
-            b0, b1, b2, b3 = izero16(), izero16(), izero16(), izero16()
-            c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
-            d0, d1, d2, d3 = izero16(), izero16(), izero16(), izero16()
-            for w in range(4 * q, 4 * q + 4):
-                ql, qm, qh = words6(row, o, half, w, h)
-                xo = b * QK_K + 128 * half + 4 * w
-                v = six_a(ql, qh)
-                a0, a1 = vdot16(a0, v, x0, xo), vdot16(a1, v, x1, xo)
-                a2, a3 = vdot16(a2, v, x2, xo), vdot16(a3, v, x3, xo)
-                v, xo = six_b(qm, qh), xo + 32
-                b0, b1 = vdot16(b0, v, x0, xo), vdot16(b1, v, x1, xo)
-                b2, b3 = vdot16(b2, v, x2, xo), vdot16(b3, v, x3, xo)
-                v, xo = six_c(ql, qh), xo + 32
-                c0, c1 = vdot16(c0, v, x0, xo), vdot16(c1, v, x1, xo)
-                c2, c3 = vdot16(c2, v, x2, xo), vdot16(c3, v, x3, xo)
-                v, xo = six_d(qm, qh), xo + 32
-                d0, d1 = vdot16(d0, v, x0, xo), vdot16(d1, v, x1, xo)
-                d2, d3 = vdot16(d2, v, x2, xo), vdot16(d3, v, x3, xo)
             at = o + SC6 + (8 * half + q) * ROWS + 16 * g
             sa, sb = sbload16(row, at), sbload16(row, at + 2 * ROWS)
             sc, sd = sbload16(row, at + 4 * ROWS), sbload16(row, at + 6 * ROWS)
-            i0 = imac16(imac16(imac16(imac16(i0, a0, sa), b0, sb), c0, sc), d0, sd)
-            i1 = imac16(imac16(imac16(imac16(i1, a1, sa), b1, sb), c1, sc), d1, sd)
-            i2 = imac16(imac16(imac16(imac16(i2, a2, sa), b2, sb), c2, sc), d2, sd)
-            i3 = imac16(imac16(imac16(imac16(i3, a3, sa), b3, sb), c3, sc), d3, sd)
+            for w0 in range(4 * q, 4 * q + 4, step):
+                a0, a1, a2, a3 = izero16(), izero16(), izero16(), izero16()
+                b0, b1, b2, b3 = izero16(), izero16(), izero16(), izero16()
+                c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
+                d0, d1, d2, d3 = izero16(), izero16(), izero16(), izero16()
+                for w in range(w0, min(w0 + step, 4 * q + 4)):
+                    ql, qm, qh = words6(row, o, half, w, h)
+                    xo = b * QK_K + 128 * half + 4 * w
+                    v = six_a(ql, qh)
+                    a0, a1 = pdot16(a0, v, x0, xo), pdot16(a1, v, x1, xo)
+                    a2, a3 = pdot16(a2, v, x2, xo), pdot16(a3, v, x3, xo)
+                    v, xo = six_b(qm, qh), xo + 32
+                    b0, b1 = pdot16(b0, v, x0, xo), pdot16(b1, v, x1, xo)
+                    b2, b3 = pdot16(b2, v, x2, xo), pdot16(b3, v, x3, xo)
+                    v, xo = six_c(ql, qh), xo + 32
+                    c0, c1 = pdot16(c0, v, x0, xo), pdot16(c1, v, x1, xo)
+                    c2, c3 = pdot16(c2, v, x2, xo), pdot16(c3, v, x3, xo)
+                    v, xo = six_d(qm, qh), xo + 32
+                    d0, d1 = pdot16(d0, v, x0, xo), pdot16(d1, v, x1, xo)
+                    d2, d3 = pdot16(d2, v, x2, xo), pdot16(d3, v, x3, xo)
+                i0 = pmac16(pmac16(pmac16(pmac16(i0, a0, sa), b0, sb), c0, sc), d0, sd)
+                i1 = pmac16(pmac16(pmac16(pmac16(i1, a1, sa), b1, sb), c1, sc), d1, sd)
+                i2 = pmac16(pmac16(pmac16(pmac16(i2, a2, sa), b2, sb), c2, sc), d2, sd)
+                i3 = pmac16(pmac16(pmac16(pmac16(i3, a3, sa), b3, sb), c3, sc), d3, sd)
     for k, isum in enumerate((i0, i1, i2, i3)):
         _finish6(acc, 32 * (i + k) + 16 * g, isum, _mins6(row, o, g, bs16, i + k, b), row, o, g, xd[i + k, b])
 
 
 @inline
-def _group8(row, o, h, half, q, grp, xq, i, b):
-    """Vectors i..i+7 against value group `grp` (0..3: l, l+32, l+64, l+96) of one quarter of 16 rows:
-    each 6-bit word assembled once for the eight."""
+def _group8(row, o, h, half, w0, w1, grp, xq, i, b):
+    """Vectors i..i+7 against value group `grp` (0..3: l, l+32, l+64, l+96) of quant words w0..w1-1 of 16
+    rows (within one quarter): each 6-bit word assembled once for the eight."""
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
     x4, x5, x6, x7 = xq[i + 4], xq[i + 5], xq[i + 6], xq[i + 7]  # [cols] int8 bytes each
     a0, a1, a2, a3 = izero16(), izero16(), izero16(), izero16()
     a4, a5, a6, a7 = izero16(), izero16(), izero16(), izero16()
-    for w in range(4 * q, 4 * q + 4):
+    for w in range(w0, w1):
         ql = wload16(row, word6(o, half, w, grp % 2) + h)
         qh = wload16(row, word6(o, half, w, 2) + h)
         if grp == 0:
@@ -195,8 +199,8 @@ def _group8(row, o, h, half, q, grp, xq, i, b):
         else:
             v = six_d(ql, qh)
         xo = b * QK_K + 128 * half + 4 * w + 32 * grp
-        a0, a1, a2, a3 = vdot16(a0, v, x0, xo), vdot16(a1, v, x1, xo), vdot16(a2, v, x2, xo), vdot16(a3, v, x3, xo)
-        a4, a5, a6, a7 = vdot16(a4, v, x4, xo), vdot16(a5, v, x5, xo), vdot16(a6, v, x6, xo), vdot16(a7, v, x7, xo)
+        a0, a1, a2, a3 = pdot16(a0, v, x0, xo), pdot16(a1, v, x1, xo), pdot16(a2, v, x2, xo), pdot16(a3, v, x3, xo)
+        a4, a5, a6, a7 = pdot16(a4, v, x4, xo), pdot16(a5, v, x5, xo), pdot16(a6, v, x6, xo), pdot16(a7, v, x7, xo)
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
@@ -206,13 +210,16 @@ def _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr):
     per eight vectors (at 8 vectors that assembly, not vpdpbusd, bounded the 4-vector passes)."""
     row, o, h = p[t], b * GB6, 64 * g
     s = (izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16(), izero16())
+    step = pwords16(6)
     for half in range(2):
         for q in range(2):
             at = o + SC6 + (8 * half + q) * ROWS + 16 * g
-            s = _scaled8(s, sbload16(row, at), _group8(row, o, h, half, q, 0, xq, i, b))
-            s = _scaled8(s, sbload16(row, at + 2 * ROWS), _group8(row, o, h, half, q, 1, xq, i, b))
-            s = _scaled8(s, sbload16(row, at + 4 * ROWS), _group8(row, o, h, half, q, 2, xq, i, b))
-            s = _scaled8(s, sbload16(row, at + 6 * ROWS), _group8(row, o, h, half, q, 3, xq, i, b))
+            for w0 in range(4 * q, 4 * q + 4, step):
+                w1 = min(w0 + step, 4 * q + 4)
+                s = _scaled8(s, sbload16(row, at), _group8(row, o, h, half, w0, w1, 0, xq, i, b))
+                s = _scaled8(s, sbload16(row, at + 2 * ROWS), _group8(row, o, h, half, w0, w1, 1, xq, i, b))
+                s = _scaled8(s, sbload16(row, at + 4 * ROWS), _group8(row, o, h, half, w0, w1, 2, xq, i, b))
+                s = _scaled8(s, sbload16(row, at + 6 * ROWS), _group8(row, o, h, half, w0, w1, 3, xq, i, b))
     for j in range(8):
         store16(scr, 64 * j, _pair6(row, o, g, j))  # built once, read by each of the eight
     for k in range(8):
@@ -226,33 +233,34 @@ def _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr):
 def _word6(row, o, half, w, h, x0, xo, a, b, c, d):
     """The four value-group dots of vector x0 over quant word w of `half`, rows from byte h of each word."""
     ql, qm, qh = words6(row, o, half, w, h)
-    a, b = vdot16(a, six_a(ql, qh), x0, xo), vdot16(b, six_b(qm, qh), x0, xo + 32)
-    return a, b, vdot16(c, six_c(ql, qh), x0, xo + 64), vdot16(d, six_d(qm, qh), x0, xo + 96)
+    a, b = pdot16(a, six_a(ql, qh), x0, xo), pdot16(b, six_b(qm, qh), x0, xo + 32)
+    return a, b, pdot16(c, six_c(ql, qh), x0, xo + 64), pdot16(d, six_d(qm, qh), x0, xo + 96)
 
 
 @inline
 def _scale6(i0, row, at, a0, b0, c0, d0):
     """i0 plus one quarter's four value-group dots times their rows' scales (at: the first group's)."""
-    i0 = imac16(imac16(i0, a0, sbload16(row, at)), b0, sbload16(row, at + 2 * ROWS))
-    return imac16(imac16(i0, c0, sbload16(row, at + 4 * ROWS)), d0, sbload16(row, at + 6 * ROWS))
+    i0 = pmac16(pmac16(i0, a0, sbload16(row, at)), b0, sbload16(row, at + 2 * ROWS))
+    return pmac16(pmac16(i0, c0, sbload16(row, at + 4 * ROWS)), d0, sbload16(row, at + 6 * ROWS))
 
 
 @inline
 def _one6x2(p, t, xq, xd, bs16, i, b, acc):
     """`_four6` for the single vector i, both 16-row groups at once: each quarter's words read whole (all
     32 rows) in address order, which the hardware prefetcher follows."""
-    row, o, x0, i0, i1 = p[t], b * GB6, xq[i], izero16(), izero16()
+    row, o, x0, i0, i1, step = p[t], b * GB6, xq[i], izero16(), izero16(), pwords16(6)
     for half in range(2):
         for q in range(2):
-            a0, b0, c0, d0 = izero16(), izero16(), izero16(), izero16()
-            a1, b1, c1, d1 = izero16(), izero16(), izero16(), izero16()
-            for w in range(4 * q, 4 * q + 4):
-                xo = b * QK_K + 128 * half + 4 * w
-                a0, b0, c0, d0 = _word6(row, o, half, w, 0, x0, xo, a0, b0, c0, d0)
-                a1, b1, c1, d1 = _word6(row, o, half, w, 64, x0, xo, a1, b1, c1, d1)
-            at = o + SC6 + (8 * half + q) * ROWS
-            i0 = _scale6(i0, row, at, a0, b0, c0, d0)
-            i1 = _scale6(i1, row, at + 16, a1, b1, c1, d1)
+            for w0 in range(4 * q, 4 * q + 4, step):
+                a0, b0, c0, d0 = izero16(), izero16(), izero16(), izero16()
+                a1, b1, c1, d1 = izero16(), izero16(), izero16(), izero16()
+                for w in range(w0, min(w0 + step, 4 * q + 4)):
+                    xo = b * QK_K + 128 * half + 4 * w
+                    a0, b0, c0, d0 = _word6(row, o, half, w, 0, x0, xo, a0, b0, c0, d0)
+                    a1, b1, c1, d1 = _word6(row, o, half, w, 64, x0, xo, a1, b1, c1, d1)
+                at = o + SC6 + (8 * half + q) * ROWS
+                i0 = _scale6(i0, row, at, a0, b0, c0, d0)
+                i1 = _scale6(i1, row, at + 16, a1, b1, c1, d1)
     _finish6(acc, 32 * i, i0, _mins6(row, o, 0, bs16, i, b), row, o, 0, xd[i, b])
     _finish6(acc, 32 * i + 16, i1, _mins6(row, o, 1, bs16, i, b), row, o, 1, xd[i, b])
 

@@ -12,7 +12,7 @@ from numba.extending import intrinsic
 from pantheon.engine.kernels.simd import _splat
 from pantheon.engine.kernels.simd512 import (F32X16, I32X16, U32X16, _I8, _V16F, _V16I, _V64B, _I32, _as_i32,
                                              _fma_rows, _ptr, wide_bytes)
-from pantheon.engine.kernels.vnni import dpbusd, dpwssd
+from pantheon.engine.kernels.vnni import dpbusd, dpwssd, pair_words, pairs, scale_pairs
 
 
 @intrinsic
@@ -47,6 +47,42 @@ def vdot16(typingctx, acc, w, x, xoff):
         xv = builder.bitcast(_splat(builder, xw, _V16I), _V64B)
         return dpbusd(builder, args[0], builder.bitcast(args[1], _V64B), xv, sig.args[1] == U32X16)
     return I32X16(acc, w, x, xoff), codegen
+
+
+@intrinsic
+def pdot16(typingctx, acc, w, x, xoff):
+    """`vdot16` left unscaled for `pmac16` (kernels.vnni.pairs): at most pwords16(bits) words of quants
+    below 2^bits between two pmac16 of acc."""
+    if w != I32X16:
+        return None
+    def codegen(context, builder, sig, args):
+        xw = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _I32), align=1)
+        xv = builder.bitcast(_splat(builder, xw, _V16I), _V64B)
+        return pairs(builder, args[0], builder.bitcast(args[1], _V64B), xv)
+    return I32X16(acc, w, x, xoff), codegen
+
+
+@intrinsic
+def pmac16(typingctx, acc, sums, scales):
+    """acc + scales·(the dots pdot16 accumulated in sums), lane-wise in int32: 16 rows' sub-block dots
+    times their scales (kernels.vnni.scale_pairs)."""
+    def codegen(context, builder, sig, args):
+        return scale_pairs(builder, args[0], args[1], args[2])
+    return I32X16(acc, sums, scales), codegen
+
+
+@intrinsic
+def pwords16(typingctx, bits):
+    """How many quant words below 2^bits pdot16 may take between pmac16s on this host (a constant once
+    inlined: kernels.vnni.pair_words of 4, 5 or 6 bits)."""
+    def codegen(context, builder, sig, args):
+        ity = context.get_value_type(sig.return_type)
+        v = ir.Constant(ity, pair_words(6))
+        for b in (5, 4):
+            hit = builder.icmp_signed("==", args[0], ir.Constant(args[0].type, b))
+            v = builder.select(hit, ir.Constant(ity, pair_words(b)), v)
+        return v
+    return types.intp(bits), codegen
 
 
 @intrinsic

@@ -87,6 +87,40 @@ def dpbusd(builder, acc, u, s, wide):
     return builder.add(acc, _joined(builder, parts))
 
 
+def pairs(builder, acc, u, s):
+    """acc plus u·s's byte products, unscaled, in the form `scale_pairs` finishes: VNNI's vpdpbusd int32
+    lanes, or AVX2's vpmaddubsw pair sums added in int16 (llama.cpp's AVX2 form: no vpmaddwd per word).
+    Exact while each int16 sum stays in range: `pair_words` words of u < 2^bits at most between
+    `scale_pairs` calls. u and s as in `dpbusd` without `wide`; acc <16 x i32> (its lanes' meaning
+    differs by host: only `scale_pairs` reads it)."""
+    if has_vnni():
+        return dpbusd(builder, acc, u, s, False)
+    v32h = ir.VectorType(_I16, 32)
+    parts = [_call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16H, [a, b])
+             for a, b in zip(_pieces(builder, u), _pieces(builder, s))]
+    return builder.bitcast(builder.add(builder.bitcast(acc, v32h), _joined(builder, parts)), acc.type)
+
+
+def scale_pairs(builder, acc, sums, scales):
+    """acc + scales·(the dot that `pairs` accumulated in sums) per int32 lane, scales int32 lanes in int16
+    range: vpmulld after VNNI, one vpmaddwd by each scale in both int16 halves of its lane on AVX2."""
+    if has_vnni():
+        return builder.add(acc, builder.mul(sums, scales))
+    lanes = ir.VectorType(_I32, scales.type.count)
+    low = builder.and_(scales, ir.Constant(lanes, [0xFFFF] * scales.type.count))
+    dup = builder.or_(low, builder.shl(scales, ir.Constant(lanes, [16] * scales.type.count)))
+    v32h = ir.VectorType(_I16, 2 * scales.type.count)
+    parts = [_call(builder, "llvm.x86.avx2.pmadd.wd", _V8I, [x, y]) for x, y in
+             zip(_pieces(builder, builder.bitcast(sums, v32h)), _pieces(builder, builder.bitcast(dup, v32h)))]
+    return builder.add(acc, _joined(builder, parts))
+
+
+def pair_words(bits):
+    """How many 4-byte words of u < 2^bits `pairs` may take between two `scale_pairs`: on AVX2, while
+    k·2·(2^bits − 1)·128 ≤ 32767 (Q4_K's nibbles: 8, a sub-block; 5 bits: 4; Q6_K: 2); after VNNI, 8."""
+    return 8 if has_vnni() else min(8, 32767 // (2 * ((1 << bits) - 1) * 128))
+
+
 def dpwssd(builder, acc, a, b):
     """acc + a[2k]·b[2k] + a[2k+1]·b[2k+1] per int32 lane k (int16 a, b), as vpdpwssd: both wrap alike."""
     if has_vnni():

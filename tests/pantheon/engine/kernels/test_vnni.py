@@ -1,4 +1,5 @@
-"""kernels.vnni: vpdpbusd and vpdpwssd, as the host runs them and as AVX2's sequence, against integer sums."""
+"""kernels.vnni: vpdpbusd, vpdpwssd and the scaled pair sums, as the host runs them and as AVX2's sequence,
+against integer sums."""
 
 import llvmlite.binding as llb
 import numba
@@ -9,7 +10,7 @@ from pantheon.engine.kernels import vnni
 from pantheon.engine.kernels.simd import bits32, dot4, flip_sign
 from pantheon.engine.kernels.simd512 import isum8, izero16
 from pantheon.engine.kernels.simd_f32 import isum16
-from pantheon.engine.kernels.simd_lanes import vdot16, wdot16, wload16
+from pantheon.engine.kernels.simd_lanes import pdot16, pmac16, pwords16, sbload16, vdot16, wdot16, wload16
 
 
 @pytest.fixture(params=["host", "avx2"])
@@ -100,3 +101,36 @@ def test_wdot16_equals_the_integer_pair_products(form):
     out = np.empty(8, np.int32)
     run(a.astype(np.int16).view(np.uint8).reshape(-1), b.astype(np.int16), out)
     np.testing.assert_array_equal(out, (a.reshape(8, 16, 2) * b.reshape(8, 1, 2)).sum((1, 2)))
+
+
+def _scaled_pairs():
+    @numba.njit
+    def run(bits, w, x, sc, out):
+        for k in range(len(out)):
+            acc, step = izero16(), pwords16(bits)
+            for j0 in range(0, 8, step):
+                part = izero16()
+                for j in range(j0, j0 + step):
+                    part = pdot16(part, wload16(w, 64 * (8 * k + j)), x, 4 * (8 * k + j))
+                acc = pmac16(acc, part, sbload16(sc, 16 * (8 * k + j0)))
+            out[k] = isum16(acc)
+    return run
+
+
+@pytest.mark.parametrize("bits", [4, 5, 6])
+def test_pdot16_words_scaled_by_pmac16_equal_the_integer_dot(form, bits):
+    """pwords16(bits) words of the largest quants against ±128 activations: AVX2's int16 pair sums must
+    neither saturate nor wrap before pmac16 scales them."""
+    rng = np.random.default_rng(4 + bits)
+    top, groups = (1 << bits) - 1, 32
+    w = rng.integers(0, top + 1, (groups, 8, 16, 4))  # [group, word, row, byte]
+    x = rng.integers(-128, 128, (groups, 8, 4))  # [group, word, byte]
+    sc = rng.integers(-128, 128, (groups, 8, 16))  # [group, word (the scale of a run from it), row]
+    w[:2], x[0], x[1], sc[0, :, 0], sc[1, :, 0] = top, 127, -128, -128, 127
+    out = np.empty(groups, np.int32)
+    _scaled_pairs()(bits, w.astype(np.uint8).reshape(-1), x.astype(np.int8).view(np.uint8).reshape(-1),
+                    sc.astype(np.int8).view(np.uint8).reshape(-1), out)
+    step = vnni.pair_words(bits)
+    dots = (w * x[:, :, None, :]).sum(3)  # [group, word, row]
+    runs = dots.reshape(groups, 8 // step, step, 16).sum(2)  # [group, run, row]
+    np.testing.assert_array_equal(out, (runs * sc[:, ::step]).sum((1, 2)))
