@@ -5,7 +5,7 @@ import numpy as np
 from numba import prange
 
 from pantheon.engine.kernels.fastexp import expf
-from pantheon.engine.kernels.jit import exact, serial
+from pantheon.engine.kernels.jit import SERIAL_BELOW, exact, exact_serial, inline, serial
 
 
 @serial
@@ -35,22 +35,33 @@ def silu(x):
         return x / (np.float32(1.0) + np.exp(-x))  # [...]
 
 
+@inline
+def _silu_mul_row(g, u, out):
+    # One pass instead of numpy's four (negate, exp, add, divide, then the product), with an exp the
+    # loop vectorizes (fastexp; libm's is a call per element). No fastmath in the callers: it let a
+    # row's bits depend on the batch (tests/pantheon/engine/test_ops.py).
+    for j in range(g.shape[0]):
+        x = g[j]
+        out[j] = x / (np.float32(1.0) + expf(-x)) * u[j]
+
+
 @exact
 def _silu_mul_rows(g, u, out):
-    # One pass instead of numpy's four (negate, exp, add, divide, then the product), rows in parallel,
-    # with an exp the loop vectorizes (fastexp; libm's is a call per element). No fastmath: it let a
-    # row's bits depend on the batch (tests/pantheon/engine/test_ops.py).
-    n, f = g.shape
-    for i in prange(n):
-        for j in range(f):
-            x = g[i, j]
-            out[i, j] = x / (np.float32(1.0) + expf(-x)) * u[i, j]
+    for i in prange(g.shape[0]):
+        _silu_mul_row(g[i], u[i], out[i])
+
+
+@exact_serial
+def _silu_mul_serial(g, u, out):
+    # A decode step's row or few: waking the thread pool costs more than the work (jit.SERIAL_BELOW).
+    for i in range(g.shape[0]):
+        _silu_mul_row(g[i], u[i], out[i])
 
 
 def silu_mul(g, u):
     """silu(g) * u for g, u float32 [n, f] (SwiGLU's gate and up): float32 [n, f]."""
     out = np.empty(g.shape, np.float32)  # [n, f]
-    _silu_mul_rows(g, u, out)
+    (_silu_mul_serial if g.shape[0] < SERIAL_BELOW else _silu_mul_rows)(g, u, out)
     return out
 
 

@@ -22,5 +22,10 @@ kernel = _njit(parallel=True, fastmath=True)
 # The int8-activation kernels (q8dot) too: with fastmath, a fresh compile and numba's cached copy of the
 # same source rounded the 1-vector Q4_K sums differently, breaking bitwise batch invariance.
 exact = _njit(parallel=True)
+# `exact` in the calling thread: for work too small to pay for waking numba's thread pool (one decode
+# step's activations: tens of microseconds per launch on a 2-vCPU VM, for a microsecond of work).
+exact_serial = _njit()
+# Below this many rows the activation quantizers and element-wise kernels take their serial form.
+SERIAL_BELOW = 8
 inline = _njit(fastmath=True, inline="always")
 serial = _njit(fastmath=True)

@@ -18,7 +18,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from numba import prange
 
-from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.jit import SERIAL_BELOW, exact, exact_serial, inline
 from pantheon.engine.kernels.q8dot_repacked import q4_0_repacked, q8_0_repacked
 from pantheon.engine.kernels.q8dot_tiles import prefetch_rows, q4_0_tiles, q8_0_tiles
 from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fmadd, half_at, mul,
@@ -39,22 +39,33 @@ CHUNK = 16
 TILES_FROM = 2
 
 
+@inline
+def _quantize_row(xr, qr, xd, xsum):
+    """One row: xr float32 [cols] -> qr int8 [cols], xd [cols/32], xsum [cols/32] (quantize_rows)."""
+    for b in range(xr.shape[0] // QK):
+        o = b * QK
+        amax = hmax16(vabsmax16(vabsmax16(fzero16(), fload16(xr, o)), fload16(xr, o + 16)))
+        d = amax / np.float32(127.0)
+        inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
+        xd[b] = d
+        xsum[b] = isum16(qround16(xr, o, inv, qr, o)) + isum16(qround16(xr, o + 16, inv, qr, o + 16))
+
+
 @exact
 def quantize_rows(x, xq, xd, xsum):
     """x float32 [n, cols] -> xq int8 [n, cols], xd [n, cols/32] scales, xsum int32 Σxq per 32 values.
 
     No fastmath: the rounding must be llama.cpp's to the bit (amax / 127, not amax · (1/127)); 16 values
     per instruction (max, product and rint are exact per lane, so the order does not matter)."""
-    n, cols = x.shape
-    for i in prange(n):
-        xr, qr = x[i], xq[i]  # [cols] each
-        for b in range(cols // QK):
-            o = b * QK
-            amax = hmax16(vabsmax16(vabsmax16(fzero16(), fload16(xr, o)), fload16(xr, o + 16)))
-            d = amax / np.float32(127.0)
-            inv = np.float32(1.0) / d if d > 0 else np.float32(0.0)
-            xd[i, b] = d
-            xsum[i, b] = isum16(qround16(xr, o, inv, qr, o)) + isum16(qround16(xr, o + 16, inv, qr, o + 16))
+    for i in prange(x.shape[0]):
+        _quantize_row(x[i], xq[i], xd[i], xsum[i])
+
+
+@exact_serial
+def quantize_rows_serial(x, xq, xd, xsum):
+    """quantize_rows in the calling thread (jit.SERIAL_BELOW): the same operations, the same bits."""
+    for i in range(x.shape[0]):
+        _quantize_row(x[i], xq[i], xd[i], xsum[i])
 
 
 class Activations:
@@ -66,7 +77,8 @@ class Activations:
         xq = np.empty((n, cols), np.int8)  # [n, cols]
         self.xd = np.empty((n, cols // QK), np.float32)  # [n, cols/32] scales
         self.xsum = np.empty((n, cols // QK), np.int32)  # [n, cols/32] Σxq
-        quantize_rows(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.xsum)
+        quantize = quantize_rows_serial if n < SERIAL_BELOW else quantize_rows
+        quantize(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.xsum)
         self.xq = xq.view(np.uint8)  # [n, cols] the int8 bytes, as the loads expect
 
 

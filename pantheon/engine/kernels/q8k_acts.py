@@ -8,11 +8,24 @@ integer kernels (q8k_q4q5, q8k_q6) can fold the K-quant mins and offsets out thr
 import numpy as np
 from numba import prange
 
-from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.jit import SERIAL_BELOW, exact, exact_serial, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.simd512 import fzero16
 from pantheon.engine.kernels.simd_f32 import hmax16, isum16, qround16, vabsmax16
 from pantheon.engine.kernels.simd_lanes import fload16
+
+
+@inline
+def _quantize_row(xr, qr, xd, bs16):
+    """One row: xr float32 [cols] -> qr int8 [cols], xd [cols/256], bs16 [cols/16] (quantize_q8_k)."""
+    for b in range(xr.shape[0] // QK_K):
+        o = b * QK_K
+        amax = _block_amax(xr, o)
+        top = _first_of_magnitude(xr, o, amax)
+        iscale = np.float32(-127.0) / top if amax > 0 else np.float32(0.0)
+        xd[b] = np.float32(1.0) / iscale if amax > 0 else np.float32(0.0)
+        for g in range(QK_K // 16):
+            bs16[b * 16 + g] = isum16(qround16(xr, o + 16 * g, iscale, qr, o + 16 * g))
 
 
 @exact
@@ -23,17 +36,15 @@ def quantize_q8_k(x, xq, xd, bs16):
     q = min(127, round-half-even(iscale·x)), d = 1/iscale), 16 values per instruction. The min is left
     out: |x| <= |top| for every x of the block, so |iscale·x| is 127·|x|/|top| <= 127 up to two float32
     roundings (a relative 2^-23), far below the 127.5 that would round to 128."""
-    n, cols = x.shape
-    for i in prange(n):
-        xr, qr = x[i], xq[i]  # [cols] each
-        for b in range(cols // QK_K):
-            o = b * QK_K
-            amax = _block_amax(xr, o)
-            top = _first_of_magnitude(xr, o, amax)
-            iscale = np.float32(-127.0) / top if amax > 0 else np.float32(0.0)
-            xd[i, b] = np.float32(1.0) / iscale if amax > 0 else np.float32(0.0)
-            for g in range(QK_K // 16):
-                bs16[i, b * 16 + g] = isum16(qround16(xr, o + 16 * g, iscale, qr, o + 16 * g))
+    for i in prange(x.shape[0]):
+        _quantize_row(x[i], xq[i], xd[i], bs16[i])
+
+
+@exact_serial
+def quantize_q8_k_serial(x, xq, xd, bs16):
+    """quantize_q8_k in the calling thread: the same operations, so the same bits."""
+    for i in range(x.shape[0]):
+        _quantize_row(x[i], xq[i], xd[i], bs16[i])
 
 
 @inline
@@ -64,5 +75,6 @@ class Q8K:
         xq = np.empty((n, cols), np.int8)  # [n, cols]
         self.xd = np.empty((n, cols // QK_K), np.float32)  # [n, cols/256] scales
         self.bs16 = np.empty((n, cols // 16), np.int16)  # [n, cols/16] Σxq
-        quantize_q8_k(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.bs16)
+        quantize = quantize_q8_k_serial if n < SERIAL_BELOW else quantize_q8_k
+        quantize(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.bs16)
         self.xq = xq.view(np.uint8)  # [n, cols] the int8 bytes, as the loads expect

@@ -26,16 +26,19 @@ def reference_quantize(x):
     return q.reshape(x.shape), d
 
 
-def test_activations_are_rounded_like_llama_cpp():
+@pytest.mark.parametrize("copies", [1, 2], ids=["serial", "threads"])
+def test_activations_are_rounded_like_llama_cpp(copies):
+    """5 rows take the serial quantizer, 10 the thread pool's (jit.SERIAL_BELOW)."""
     x = np.random.default_rng(0).standard_normal((5, 256)).astype(np.float32)  # [5, 256]
     x[2, :32] = 0.0  # an all-zero block: scale 0, quants 0
     x[3, 32:64] = np.arange(-15.5, 16.5, dtype=np.float32)  # ties: x·inv = k + 0.5
     x[3, 63] = np.float32(127.0)  # the block's scale is exactly 1, so each tie rounds half to even
+    x = np.tile(x, (copies, 1))  # [5·copies, 256]
     acts = q8dot.Activations(x)
     q, d = reference_quantize(x)
     np.testing.assert_array_equal(acts.xq.view(np.int8), q)
     np.testing.assert_array_equal(acts.xd, d)
-    np.testing.assert_array_equal(acts.xsum, q.reshape(5, -1, 32).sum(-1, dtype=np.int32))
+    np.testing.assert_array_equal(acts.xsum, q.reshape(5 * copies, -1, 32).sum(-1, dtype=np.int32))
 
 
 def test_the_scale_comes_from_the_largest_magnitude_in_any_lane():

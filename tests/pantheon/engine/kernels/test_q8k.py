@@ -39,15 +39,18 @@ def reference_q8_k(x):
     return q.reshape(x.shape), d
 
 
-def test_activations_are_rounded_like_llama_cpp():
+@pytest.mark.parametrize("copies", [1, 2], ids=["serial", "threads"])
+def test_activations_are_rounded_like_llama_cpp(copies):
+    """5 rows take the serial quantizer, 10 the thread pool's (jit.SERIAL_BELOW)."""
     x = np.random.default_rng(0).standard_normal((5, 512)).astype(np.float32)  # [5, 512]
     x[2, :256] = 0.0  # an all-zero block: scale 0, quants 0
     x[3, 7] = -40.0  # a negative extreme: iscale = -127/max is then positive; the extreme maps to -127
+    x = np.tile(x, (copies, 1))  # [5·copies, 512]
     acts = q8k.activations(x)
     q, d = reference_q8_k(x)
     np.testing.assert_array_equal(acts.xq.view(np.int8), q)
     np.testing.assert_array_equal(acts.xd, d)
-    np.testing.assert_array_equal(acts.bs16, q.reshape(5, -1, 16).sum(-1, dtype=np.int32))
+    np.testing.assert_array_equal(acts.bs16, q.reshape(5 * copies, -1, 16).sum(-1, dtype=np.int32))
     assert acts.xq.view(np.int8)[3, 7] == -127 and acts.xd[3, 0] > 0
 
 
