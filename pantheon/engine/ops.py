@@ -5,7 +5,7 @@ import numpy as np
 from numba import prange
 
 from pantheon.engine.kernels.fastexp import expf
-from pantheon.engine.kernels.jit import SERIAL_BELOW, exact, exact_serial, inline, serial
+from pantheon.engine.kernels.jit import SERIAL_VALUES, exact, exact_serial, inline, serial
 
 
 @serial
@@ -53,7 +53,7 @@ def _silu_mul_rows(g, u, out):
 
 @exact_serial
 def _silu_mul_serial(g, u, out):
-    # A decode step's row or few: waking the thread pool costs more than the work (jit.SERIAL_BELOW).
+    # A decode step's rows: waking the thread pool costs more than the work (jit.SERIAL_VALUES).
     for i in range(g.shape[0]):
         _silu_mul_row(g[i], u[i], out[i])
 
@@ -61,7 +61,7 @@ def _silu_mul_serial(g, u, out):
 def silu_mul(g, u):
     """silu(g) * u for g, u float32 [n, f] (SwiGLU's gate and up): float32 [n, f]."""
     out = np.empty(g.shape, np.float32)  # [n, f]
-    (_silu_mul_serial if g.shape[0] < SERIAL_BELOW else _silu_mul_rows)(g, u, out)
+    (_silu_mul_serial if g.size < SERIAL_VALUES else _silu_mul_rows)(g, u, out)
     return out
 
 

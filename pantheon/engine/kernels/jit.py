@@ -22,10 +22,11 @@ kernel = _njit(parallel=True, fastmath=True)
 # The int8-activation kernels (q8dot) too: with fastmath, a fresh compile and numba's cached copy of the
 # same source rounded the 1-vector Q4_K sums differently, breaking bitwise batch invariance.
 exact = _njit(parallel=True)
-# `exact` in the calling thread: for work too small to pay for waking numba's thread pool (one decode
-# step's activations: tens of microseconds per launch on a 2-vCPU VM, for a microsecond of work).
+# `exact` in the calling thread: for work too small to pay for waking numba's thread pool (a decode
+# step's activations: tens of microseconds per launch on a 2-vCPU VM, for a few of work).
 exact_serial = _njit()
-# Below this many rows the activation quantizers and element-wise kernels take their serial form.
-SERIAL_BELOW = 8
+# Below this many values the activation quantizers and silu_mul take their serial form: a step of 8
+# streams (8 x 5632) too, whose serial pass is shorter than a launch.
+SERIAL_VALUES = 1 << 16
 inline = _njit(fastmath=True, inline="always")
 serial = _njit(fastmath=True)

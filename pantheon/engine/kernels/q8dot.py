@@ -18,7 +18,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from numba import prange
 
-from pantheon.engine.kernels.jit import SERIAL_BELOW, exact, exact_serial, inline
+from pantheon.engine.kernels.jit import SERIAL_VALUES, exact, exact_serial, inline
 from pantheon.engine.kernels.q8dot_repacked import q4_0_repacked, q8_0_repacked
 from pantheon.engine.kernels.q8dot_tiles import prefetch_rows, q4_0_tiles, q8_0_tiles
 from pantheon.engine.kernels.simd import (PREFETCH_BYTES, bits32, dot4, flip_sign, fmadd, half_at, mul,
@@ -63,7 +63,7 @@ def quantize_rows(x, xq, xd, xsum):
 
 @exact_serial
 def quantize_rows_serial(x, xq, xd, xsum):
-    """quantize_rows in the calling thread (jit.SERIAL_BELOW): the same operations, the same bits."""
+    """quantize_rows in the calling thread (jit.SERIAL_VALUES): the same operations, the same bits."""
     for i in range(x.shape[0]):
         _quantize_row(x[i], xq[i], xd[i], xsum[i])
 
@@ -77,7 +77,7 @@ class Activations:
         xq = np.empty((n, cols), np.int8)  # [n, cols]
         self.xd = np.empty((n, cols // QK), np.float32)  # [n, cols/32] scales
         self.xsum = np.empty((n, cols // QK), np.int32)  # [n, cols/32] Σxq
-        quantize = quantize_rows_serial if n < SERIAL_BELOW else quantize_rows
+        quantize = quantize_rows_serial if x.size < SERIAL_VALUES else quantize_rows
         quantize(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.xsum)
         self.xq = xq.view(np.uint8)  # [n, cols] the int8 bytes, as the loads expect
 

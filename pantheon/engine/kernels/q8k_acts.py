@@ -8,7 +8,7 @@ integer kernels (q8k_q4q5, q8k_q6) can fold the K-quant mins and offsets out thr
 import numpy as np
 from numba import prange
 
-from pantheon.engine.kernels.jit import SERIAL_BELOW, exact, exact_serial, inline
+from pantheon.engine.kernels.jit import SERIAL_VALUES, exact, exact_serial, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.simd512 import fzero16
 from pantheon.engine.kernels.simd_f32 import hmax16, isum16, qround16, vabsmax16
@@ -75,6 +75,6 @@ class Q8K:
         xq = np.empty((n, cols), np.int8)  # [n, cols]
         self.xd = np.empty((n, cols // QK_K), np.float32)  # [n, cols/256] scales
         self.bs16 = np.empty((n, cols // 16), np.int16)  # [n, cols/16] Σxq
-        quantize = quantize_q8_k_serial if n < SERIAL_BELOW else quantize_q8_k
+        quantize = quantize_q8_k_serial if x.size < SERIAL_VALUES else quantize_q8_k
         quantize(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.bs16)
         self.xq = xq.view(np.uint8)  # [n, cols] the int8 bytes, as the loads expect

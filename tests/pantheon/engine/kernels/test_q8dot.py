@@ -6,6 +6,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import q8dot
+from pantheon.engine.kernels.jit import SERIAL_VALUES
 from pantheon.engine.kernels.matmul import matmul, qmatmul
 from pantheon.engine.kernels.vnni import has_int8_dots
 from pantheon.engine.weights import Weight
@@ -26,9 +27,9 @@ def reference_quantize(x):
     return q.reshape(x.shape), d
 
 
-@pytest.mark.parametrize("copies", [1, 2], ids=["serial", "threads"])
+@pytest.mark.parametrize("copies", [1, SERIAL_VALUES // (5 * 256) + 1], ids=["serial", "threads"])
 def test_activations_are_rounded_like_llama_cpp(copies):
-    """5 rows take the serial quantizer, 10 the thread pool's (jit.SERIAL_BELOW)."""
+    """5 rows take the serial quantizer, more than jit.SERIAL_VALUES values the thread pool's."""
     x = np.random.default_rng(0).standard_normal((5, 256)).astype(np.float32)  # [5, 256]
     x[2, :32] = 0.0  # an all-zero block: scale 0, quants 0
     x[3, 32:64] = np.arange(-15.5, 16.5, dtype=np.float32)  # ties: x·inv = k + 0.5
