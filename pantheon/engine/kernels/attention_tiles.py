@@ -24,7 +24,7 @@ from numba import prange
 
 from pantheon.engine.kernels.attention_scores import chunk_scores, dims_per_lane
 from pantheon.engine.kernels.fastexp import expf, expf16
-from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.simd import prefetch_l2
 from pantheon.engine.kernels.simd512 import fzero16, store16
 from pantheon.engine.kernels.simd_lanes import fload16
@@ -63,23 +63,31 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
     longest = pos.max() + 1
     dims = dims_per_lane(n_head // n_kv, hd)  # head dims per lane of the scores (attention_scores)
     for wk in prange(workers):
-        qt = np.empty(hd * LANES, np.float32)  # the tile's queries as attention_scores lays them out
-        # [positions + 1, 16] scores, then weights (unused lanes: finite); the extra row for store_first
-        sc = np.zeros((longest + 1) * LANES, np.float32)
-        buf = np.empty(CHUNK * hd, np.float32)  # [CHUNK, hd] one chunk's keys or values, widened
-        acc = np.empty(LANES * hd, np.float32)  # [16, hd] each lane's value sums
-        lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, then 1 / sum)
-        who = np.empty((3, LANES), np.int64)  # [3, 16] each lane's row, query offset and positions seen
-        for u in range(wk, units, workers):
-            kc, vc = ks[seg[tiles[u * per, 0]]], vs[seg[tiles[u * per, 0]]]  # [n_layer, KV, capacity, hd]
-            for t in range(u * per, u * per + per):
-                if t + 1 < u * per + per:
-                    _prefetch(tiles[t + 1], kc, vc, pos, li, hd)
-                elif u + workers < units:
-                    nxt = tiles[(u + workers) * per]
-                    _prefetch(nxt, ks[seg[nxt[0]]], vs[seg[nxt[0]]], pos, li, hd)
-                base = _base(tiles[t], kc, li)
-                _tile(q, kc.reshape(-1), vc.reshape(-1), base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who, dims)
+        _attend(np.int64(wk), workers, units, per, tiles, q, ks, vs, seg, pos, li, out, longest, dims)
+
+
+@exact_serial
+def _attend(wk, workers, units, per, tiles, q, ks, vs, seg, pos, li, out, longest, dims):
+    """Worker wk's tiles: every workers-th unit of `per` tiles. A function of its own so numba's parfor
+    passes, which copy a loop body several times, do not copy every inlined tile pass (compile time)."""
+    hd = q.shape[2]
+    qt = np.empty(hd * LANES, np.float32)  # the tile's queries as attention_scores lays them out
+    # [positions + 1, 16] scores, then weights (unused lanes: finite); the extra row for store_first
+    sc = np.zeros((longest + 1) * LANES, np.float32)
+    buf = np.empty(CHUNK * hd, np.float32)  # [CHUNK, hd] one chunk's keys or values, widened
+    acc = np.empty(LANES * hd, np.float32)  # [16, hd] each lane's value sums
+    lanes = np.empty(LANES, np.float32)  # [16] one value per lane (a max, then 1 / sum)
+    who = np.empty((3, LANES), np.int64)  # [3, 16] each lane's row, query offset and positions seen
+    for u in range(wk, units, workers):
+        kc, vc = ks[seg[tiles[u * per, 0]]], vs[seg[tiles[u * per, 0]]]  # [n_layer, KV, capacity, hd]
+        for t in range(u * per, u * per + per):
+            if t + 1 < u * per + per:
+                _prefetch(tiles[t + 1], kc, vc, pos, li, hd)
+            elif u + workers < units:
+                nxt = tiles[(u + workers) * per]
+                _prefetch(nxt, ks[seg[nxt[0]]], vs[seg[nxt[0]]], pos, li, hd)
+            base = _base(tiles[t], kc, li)
+            _tile(q, kc.reshape(-1), vc.reshape(-1), base, tiles[t], pos, out, qt, sc, buf, acc, lanes, who, dims)
 
 
 @inline

@@ -11,7 +11,7 @@ block order, so results equal the zero-copy kernels' bit for bit at every batch 
 import numpy as np
 from numba import prange
 
-from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd import prefetch_l2
@@ -128,21 +128,42 @@ def _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp, ahead):
 def _products(p, rows, xq, xd, xsum, out, zero, words, threads, ahead):
     """out [n, rows]: each of `threads` workers streams one contiguous run of tasks, then steals from the
     others' (kernels.steal)."""
-    tasks, n = p.shape[0], xq.shape[0]
-    workers = max(1, min(tasks, threads))
-    per = -(-tasks // workers)
+    workers = max(1, min(p.shape[0], threads))
     cnt = counters(workers)
     for wk in prange(workers):
-        acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
-        tmp = np.empty(16, np.float32)  # [16] one ragged row group
-        for j in range(workers):
-            s = (wk + j) % workers
-            lo, hi = run_of(s, per, tasks)
-            taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
-            while t >= 0:
-                _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp, ahead)
-                taken += 1
-                t = claim(cnt, s, j == 0, lo, hi, taken)
+        if words == 4:
+            _worker4(np.int64(wk), workers, cnt, p, rows, xq, xd, xsum, out, ahead)
+        else:
+            _worker8(np.int64(wk), workers, cnt, p, rows, xq, xd, xsum, out, ahead)
+
+
+@inline
+def _work(wk, workers, cnt, p, rows, xq, xd, xsum, out, zero, words, ahead):
+    """Worker wk's share: its own run of tasks, then what it steals from the others'."""
+    tasks = p.shape[0]
+    per = -(-tasks // workers)
+    acc = np.empty(xq.shape[0] * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
+    tmp = np.empty(16, np.float32)  # [16] one ragged row group
+    for j in range(workers):
+        s = (wk + j) % workers
+        lo, hi = run_of(s, per, tasks)
+        taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
+        while t >= 0:
+            _task(p, t, rows, xq, xd, xsum, out, zero, words, acc, tmp, ahead)
+            taken += 1
+            t = claim(cnt, s, j == 0, lo, hi, taken)
+
+
+# A worker's share as a function of its own per type: numba's parfor passes copy a loop body several
+# times, so the passes inlined into the prange body cost compile time (q8k_repacked: ~4x).
+@exact_serial
+def _worker4(wk, workers, cnt, p, rows, xq, xd, xsum, out, ahead):
+    _work(wk, workers, cnt, p, rows, xq, xd, xsum, out, np.int32(8), 4, ahead)
+
+
+@exact_serial
+def _worker8(wk, workers, cnt, p, rows, xq, xd, xsum, out, ahead):
+    _work(wk, workers, cnt, p, rows, xq, xd, xsum, out, np.int32(128), 8, ahead)
 
 
 @exact

@@ -12,7 +12,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from numba import prange
 
-from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.simd import bits32, flip_sign, half_at, nibbles16, prefetch
 from pantheon.engine.kernels.simd512 import (bdot16, fma16, fzero16, ibcast16, interleave_q4_0, interleave_q8_0,
                                              scatter_words, store16)
@@ -144,15 +144,36 @@ def _tiles(raw, xq, xd, xsum, out, zero, nbytes, threads, quants):
     """out [n, rows] for every vector: each of `threads` workers takes every threads-th task with one
     scratch, allocated once per call rather than once per task. `quants`, the tile's dtype: int8 for
     Q8_0's bytes of any value (simd512.wide_bytes), uint8 for nibbles."""
-    tasks, nb = (raw.shape[0] + CHUNK - 1) // CHUNK, xd.shape[1]
-    workers = max(1, min(tasks, threads))
+    workers = max(1, min((raw.shape[0] + CHUNK - 1) // CHUNK, threads))
     for t in prange(workers):
-        qt = np.empty(nb * 8 * GROUP, quants)  # [nb, 8, CHUNK, 4] interleaved quants
-        ds = np.empty(nb * CHUNK, np.float32)  # [nb, CHUNK] d
-        tmp = np.empty(16, np.float32)  # [16] one ragged row group
-        for c in range(t, tasks, workers):
-            ahead = (c + workers) * CHUNK if c + workers < tasks else -1
-            _task(raw, xq, xd, xsum, out, zero, nbytes, c, ahead, qt, ds, tmp)
+        if nbytes == Q4_0_BYTES:
+            _worker4(np.int64(t), workers, raw, xq, xd, xsum, out)
+        else:
+            _worker8(np.int64(t), workers, raw, xq, xd, xsum, out)
+
+
+@inline
+def _work(t, workers, raw, xq, xd, xsum, out, zero, nbytes, quants):
+    """Worker t's tasks: every workers-th, with one scratch."""
+    tasks, nb = (raw.shape[0] + CHUNK - 1) // CHUNK, xd.shape[1]
+    qt = np.empty(nb * 8 * GROUP, quants)  # [nb, 8, CHUNK, 4] interleaved quants
+    ds = np.empty(nb * CHUNK, np.float32)  # [nb, CHUNK] d
+    tmp = np.empty(16, np.float32)  # [16] one ragged row group
+    for c in range(t, tasks, workers):
+        ahead = (c + workers) * CHUNK if c + workers < tasks else -1
+        _task(raw, xq, xd, xsum, out, zero, nbytes, c, ahead, qt, ds, tmp)
+
+
+# A worker's tasks as a function of its own per type: numba's parfor passes copy a loop body several
+# times, so the passes inlined into the prange body cost compile time (q8k_repacked: ~4x).
+@exact_serial
+def _worker4(t, workers, raw, xq, xd, xsum, out):
+    _work(t, workers, raw, xq, xd, xsum, out, np.int32(8), Q4_0_BYTES, np.uint8)
+
+
+@exact_serial
+def _worker8(t, workers, raw, xq, xd, xsum, out):
+    _work(t, workers, raw, xq, xd, xsum, out, np.int32(128), Q8_0_BYTES, np.int8)
 
 
 @exact

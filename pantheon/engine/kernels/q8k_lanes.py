@@ -14,7 +14,7 @@ import numpy as np
 from numba import prange
 
 from pantheon.engine.kernels.avx2 import k4_scales
-from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.q8k_dot import Q4_K_BYTES
@@ -135,29 +135,51 @@ def pass1(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
 def _tiles(kind, sub, raw, xq, xd, bs16, out, threads):
     """out [n, rows] for every vector: each of `threads` workers takes every threads-th task of CHUNK
     rows with one scratch, allocated once per call (sub: values per scale, 16 or 32)."""
-    rows, n, cols = raw.shape[0], xq.shape[0], xq.shape[1]
-    tasks = (rows + CHUNK - 1) // CHUNK
+    tasks = (raw.shape[0] + CHUNK - 1) // CHUNK
     workers = max(1, min(tasks, threads))
     for w in prange(workers):
-        q = np.empty((CHUNK, cols), np.uint8)  # [CHUNK, cols] common-form quants in activation order
-        svt = np.empty((cols // 16, CHUNK), np.int32)  # [cols/16, CHUNK] scales in row lanes
-        mnt = np.empty((cols // 16, CHUNK), np.int32)  # [cols/16, CHUNK] mins in row lanes
-        dt = np.empty((cols // QK_K, CHUNK), np.float32)  # [nb, CHUNK] d in row lanes
-        dmt = np.empty((cols // QK_K, CHUNK), np.float32)  # [nb, CHUNK] dmin in row lanes
-        qt32 = np.empty(cols // 4 * CHUNK, np.uint32)  # [cols/4, CHUNK] interleaved quant words
-        tmp = np.empty(16, np.float32)  # [16] one ragged row group
-        qt, svf, mnf, dtf, dmf = qt32.view(np.uint8), svt.ravel(), mnt.ravel(), dt.ravel(), dmt.ravel()
-        for c in range(w, tasks, workers):
-            r0 = c * CHUNK
-            nr = min(rows, r0 + CHUNK) - r0
-            if kind == Q4_K and nr == CHUNK:
-                _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt)
-            else:
-                _unpack_any(kind, raw, r0, nr, q, qt32, svt, mnt, dt, dmt)
-            for i in range(0, n - n % 4, 4):
-                pass4(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
-            for i in range(n - n % 4, n):
-                pass1(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
+        if sub == 32:
+            _worker32(kind, np.int64(w), workers, raw, xq, xd, bs16, out)
+        else:
+            _worker16(kind, np.int64(w), workers, raw, xq, xd, bs16, out)
+
+
+# A worker's tasks as a function of its own per scale granularity: numba's parfor passes copy a loop
+# body several times, so every unpack and pass inlined into the prange body cost compile time.
+@exact_serial
+def _worker32(kind, w, workers, raw, xq, xd, bs16, out):
+    _work(kind, 32, w, workers, raw, xq, xd, bs16, out)
+
+
+@exact_serial
+def _worker16(kind, w, workers, raw, xq, xd, bs16, out):
+    _work(kind, 16, w, workers, raw, xq, xd, bs16, out)
+
+
+@inline
+def _work(kind, sub, w, workers, raw, xq, xd, bs16, out):
+    """Worker w's tasks: every workers-th of CHUNK rows, with one scratch."""
+    rows, n, cols = raw.shape[0], xq.shape[0], xq.shape[1]
+    tasks = (rows + CHUNK - 1) // CHUNK
+    q = np.empty((CHUNK, cols), np.uint8)  # [CHUNK, cols] common-form quants in activation order
+    svt = np.empty((cols // 16, CHUNK), np.int32)  # [cols/16, CHUNK] scales in row lanes
+    mnt = np.empty((cols // 16, CHUNK), np.int32)  # [cols/16, CHUNK] mins in row lanes
+    dt = np.empty((cols // QK_K, CHUNK), np.float32)  # [nb, CHUNK] d in row lanes
+    dmt = np.empty((cols // QK_K, CHUNK), np.float32)  # [nb, CHUNK] dmin in row lanes
+    qt32 = np.empty(cols // 4 * CHUNK, np.uint32)  # [cols/4, CHUNK] interleaved quant words
+    tmp = np.empty(16, np.float32)  # [16] one ragged row group
+    qt, svf, mnf, dtf, dmf = qt32.view(np.uint8), svt.ravel(), mnt.ravel(), dt.ravel(), dmt.ravel()
+    for c in range(w, tasks, workers):
+        r0 = c * CHUNK
+        nr = min(rows, r0 + CHUNK) - r0
+        if kind == Q4_K and nr == CHUNK:
+            _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt)
+        else:
+            _unpack_any(kind, raw, r0, nr, q, qt32, svt, mnt, dt, dmt)
+        for i in range(0, n - n % 4, 4):
+            pass4(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
+        for i in range(n - n % 4, n):
+            pass1(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
 
 
 @exact

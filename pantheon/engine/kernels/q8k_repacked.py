@@ -16,7 +16,7 @@ layout's offsets are in q8k_repacked_layout.
 import numpy as np
 from numba import prange
 
-from pantheon.engine.kernels.jit import exact, inline
+from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8dot_tiles import put_rows
@@ -266,32 +266,112 @@ def _one6x2(p, t, xq, xd, bs16, i, b, acc):
 
 
 @inline
-def _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr, ahead):
-    """Task t's rows (Q4_K, Q5_K or Q6_K for `bits` 4, 5, 6) for every vector, super-block by super-block
+def _passes45(five, p, t, xq, xd, bs16, acc, ahead):
+    """Task t's Q4_K (Q5_K when `five`) rows against every vector into acc, super-block by super-block
     (each in L1 while every vector passes it), the task's stream from memory prefetched on the first pass."""
-    n, six, five = xq.shape[0], bits == 6, bits == 5
-    gb = GB6 if six else (GB5 if five else GB)
+    n, gb = xq.shape[0], GB5 if five else GB
     acc[:] = 0.0
     for b in range(xd.shape[1]):
         stream_ahead(p[t], b * gb, gb, True, ahead)
         for i in range(n - n % 4, n):
-            if six:
-                _one6x2(p, t, xq, xd, bs16, i, b, acc)
-            else:
-                _one2(five, p, t, xq, xd, bs16, i, b, acc)
+            _one2(five, p, t, xq, xd, bs16, i, b, acc)
         for g in range(2):
-            e8 = n - n % 8 if six else 0
-            for i in range(0, e8, 8):
+            for i in range(0, n - n % 4, 4):
+                _four(five, p, t, g, xq, xd, bs16, i, b, acc)
+
+
+@inline
+def _passes6(p, t, xq, xd, bs16, acc, scr, ahead):
+    """`_passes45` for Q6_K: 8 vectors at a time, then 4, then one."""
+    n = xq.shape[0]
+    acc[:] = 0.0
+    for b in range(xd.shape[1]):
+        stream_ahead(p[t], b * GB6, GB6, True, ahead)
+        for i in range(n - n % 4, n):
+            _one6x2(p, t, xq, xd, bs16, i, b, acc)
+        for g in range(2):
+            for i in range(0, n - n % 8, 8):
                 _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr)
-            for i in range(e8, n - n % 4, 4):
-                if six:
-                    _four6(p, t, g, xq, xd, bs16, i, b, acc)
-                else:
-                    _four(five, p, t, g, xq, xd, bs16, i, b, acc)
+            for i in range(n - n % 8, n - n % 4, 4):
+                _four6(p, t, g, xq, xd, bs16, i, b, acc)
+
+
+@inline
+def _put(t, rows, out, acc, tmp):
+    """Task t's finished row lanes acc into out [n, rows]."""
     nr = min(rows, (t + 1) * ROWS) - t * ROWS
-    for i in range(n):
+    for i in range(out.shape[0]):
         put_rows(out[i], t * ROWS, 0, fload16(acc, 32 * i), nr, tmp)
         put_rows(out[i], t * ROWS, 16, fload16(acc, 32 * i + 16), nr, tmp)
+
+
+@inline
+def _scratch(n, cols):
+    """A worker's arrays: row-lane accumulators, a ragged row group, Q6_K's scale pairs and, from
+    TILED_FROM vectors, q8k_lanes' tile of a task (quant words, scales, mins, d, dmin in row lanes)."""
+    m = n >= TILED_FROM
+    return (np.empty(n * ROWS, np.float32),  # [n, 32] row-lane accumulators of the task
+            np.empty(16, np.float32),  # [16] one ragged row group
+            np.empty(8 * 64, np.uint8),  # [8, 16] Q6_K scale pairs of 16 rows, int16 each
+            np.empty(cols // 4 * ROWS if m else 0, np.uint32),  # [cols/4, 32] quant words
+            np.empty(cols // 16 * ROWS if m else 0, np.int32),  # [cols/16, 32] scales in row lanes
+            np.empty(cols // 16 * ROWS if m else 0, np.int32),  # [cols/16, 32] mins in row lanes
+            np.empty(cols // QK_K * ROWS if m else 0, np.float32),  # [nb, 32] d in row lanes
+            np.empty(cols // QK_K * ROWS if m else 0, np.float32))  # [nb, 32] dmin in row lanes
+
+
+@inline
+def _work45(five, wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
+    """Worker wk's share of a Q4_K / Q5_K product: its own run of tasks, then what it steals from the
+    others' (kernels.steal)."""
+    acc, tmp, scr, qt32, sv, mn, dt, dm = _scratch(xq.shape[0], xq.shape[1])
+    tasks = p.shape[0]
+    per = -(-tasks // workers)
+    for j in range(workers):
+        s = (wk + j) % workers
+        lo, hi = run_of(s, per, tasks)
+        taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
+        while t >= 0:
+            if xq.shape[0] >= TILED_FROM:
+                tiled(5 if five else 4, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
+            else:
+                _passes45(five, p, t, xq, xd, bs16, acc, ahead)
+                _put(t, rows, out, acc, tmp)
+            taken += 1
+            t = claim(cnt, s, j == 0, lo, hi, taken)
+
+
+# One worker's share per type, each a function of its own that names only its type's passes: numba
+# inlines every pass named (dead ones too, before pruning them), and its parfor passes copy a loop body
+# several times, so one kernel inlining all three types' passes into its prange body compiled in ~110 s.
+@exact_serial
+def _worker4(wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
+    _work45(False, wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead)
+
+
+@exact_serial
+def _worker5(wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
+    _work45(True, wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead)
+
+
+@exact_serial
+def _worker6(wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
+    """`_work45` for Q6_K."""
+    acc, tmp, scr, qt32, sv, mn, dt, dm = _scratch(xq.shape[0], xq.shape[1])
+    tasks = p.shape[0]
+    per = -(-tasks // workers)
+    for j in range(workers):
+        s = (wk + j) % workers
+        lo, hi = run_of(s, per, tasks)
+        taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
+        while t >= 0:
+            if xq.shape[0] >= TILED_FROM:
+                tiled(6, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
+            else:
+                _passes6(p, t, xq, xd, bs16, acc, scr, ahead)
+                _put(t, rows, out, acc, tmp)
+            taken += 1
+            t = claim(cnt, s, j == 0, lo, hi, taken)
 
 
 @inline
@@ -299,31 +379,16 @@ def _products(bits, p, rows, xq, xd, bs16, out, threads, ahead):
     """out [n, rows]: each of `threads` workers streams one contiguous run of tasks, then steals from the
     others' (kernels.steal); from TILED_FROM vectors on, each task is unpacked once into q8k_lanes' tile
     first."""
-    tasks, n, cols = p.shape[0], xq.shape[0], xq.shape[1]
-    workers = max(1, min(tasks, threads))
-    per = -(-tasks // workers)
+    workers = max(1, min(p.shape[0], threads))
     cnt = counters(workers)
     for wk in prange(workers):
-        acc = np.empty(n * ROWS, np.float32)  # [n, 32] row-lane accumulators of the task
-        tmp = np.empty(16, np.float32)  # [16] one ragged row group
-        scr = np.empty(8 * 64, np.uint8)  # [8, 16] Q6_K scale pairs of 16 rows, int16 each
-        many = n >= TILED_FROM
-        qt32 = np.empty(cols // 4 * ROWS if many else 0, np.uint32)  # [cols/4, 32] quant words
-        sv = np.empty(cols // 16 * ROWS if many else 0, np.int32)  # [cols/16, 32] scales in row lanes
-        mn = np.empty(cols // 16 * ROWS if many else 0, np.int32)  # [cols/16, 32] mins in row lanes
-        dt = np.empty(cols // QK_K * ROWS if many else 0, np.float32)  # [nb, 32] d in row lanes
-        dm = np.empty(cols // QK_K * ROWS if many else 0, np.float32)  # [nb, 32] dmin in row lanes
-        for j in range(workers):
-            s = (wk + j) % workers
-            lo, hi = run_of(s, per, tasks)
-            taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
-            while t >= 0:
-                if many:
-                    tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
-                else:
-                    _task(bits, p, t, rows, xq, xd, bs16, out, acc, tmp, scr, ahead)
-                taken += 1
-                t = claim(cnt, s, j == 0, lo, hi, taken)
+        w = np.int64(wk)  # one signature for the worker whatever integer type prange gives wk
+        if bits == 4:
+            _worker4(w, workers, cnt, p, rows, xq, xd, bs16, out, ahead)
+        elif bits == 5:
+            _worker5(w, workers, cnt, p, rows, xq, xd, bs16, out, ahead)
+        else:
+            _worker6(w, workers, cnt, p, rows, xq, xd, bs16, out, ahead)
 
 
 @exact
