@@ -50,7 +50,7 @@ def store_and_attend(q, k_new, v_new, ks, vs, seg, pos, li, out, threads):
     take every threads-th unit of tiles (`_unit`; a prefill's later rows attend to more positions, so
     contiguous shares would be uneven)."""
     n_head, hd, n_kv = q.shape[1], q.shape[2], k_new.shape[1]
-    for r in prange(q.shape[0]):
+    for r in range(q.shape[0]):  # serial: a few KiB per row, less than a launch of the thread pool
         kc, vc = ks[seg[r]], vs[seg[r]]  # [n_layer, KV, capacity, hd]
         for h in range(n_kv):
             o = ((li * n_kv + h) * kc.shape[2] + pos[r]) * hd
