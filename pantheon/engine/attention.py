@@ -1,7 +1,10 @@
 """Causal grouped-query attention of a step's new positions, every sequence of the step in one call."""
 
+import weakref
+
 import numba
 import numpy as np
+from numba import types
 from numba.typed import List
 
 from pantheon.engine.kernels.attention_tiles import store_and_attend
@@ -12,9 +15,33 @@ class StepLayout:
     float16 bits as uint16: numba has no float16): built once per step, shared by every layer."""
 
     def __init__(self, caches, lengths):
-        self.ks, self.vs = List([c.k.view(np.uint16) for c in caches]), List([c.v.view(np.uint16) for c in caches])
+        self.ks, self.vs = _solo_lists(caches[0]) if len(caches) == 1 else _lists(caches)
         self.seg = np.repeat(np.arange(len(caches)), lengths)  # [N]
         self.pos = np.concatenate([np.arange(len(c), len(c) + n) for c, n in zip(caches, lengths)])  # [N]
+
+
+_BITS = types.Array(types.uint16, 4, "C")
+# cache -> (its k array, [k bits], [v bits]): a decode stream's steps reuse its lists while its arrays stay
+# (a typed List costs tens of microseconds to build, several times that after a step evicted the
+# interpreter's working set); weak, so a finished sequence's arrays go with it.
+_SOLO = weakref.WeakKeyDictionary()
+
+
+def _lists(caches):
+    """numba lists of the caches' keys and values as float16 bits."""
+    ks, vs = List.empty_list(_BITS), List.empty_list(_BITS)
+    for c in caches:
+        ks.append(c.k.view(np.uint16))
+        vs.append(c.v.view(np.uint16))
+    return ks, vs
+
+
+def _solo_lists(cache):
+    """`_lists([cache])`, built again only when the cache's arrays were replaced (it grew)."""
+    hit = _SOLO.get(cache)
+    if hit is None or hit[0] is not cache.k:
+        hit = _SOLO[cache] = (cache.k, *_lists([cache]))
+    return hit[1], hit[2]
 
 
 def attend_step(layout, li, q, k, v):

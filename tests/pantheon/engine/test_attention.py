@@ -57,3 +57,23 @@ class _Cache:
 def _cache(rng, n):
     k, v = (rng.standard_normal((2, KV, 16, HD)).astype(np.float16) for _ in range(2))  # [layers, KV, 16, hd]
     return _Cache(k, v, n)
+
+
+def test_a_lone_sequences_lists_are_reused_until_its_cache_grows_and_go_with_it():
+    import gc
+    from types import SimpleNamespace
+
+    from pantheon.engine import attention
+    from pantheon.engine.kvcache import KVCache
+
+    cache = KVCache(SimpleNamespace(n_layer=2, n_head_kv=KV, head_dim=HD), 64, initial=4)
+    first = StepLayout([cache], [1])
+    assert StepLayout([cache], [1]).ks is first.ks  # a decode stream's next step: no new typed list
+    cache.tokens = [0] * 4
+    cache.reserve(1)  # grows: new arrays, so new lists over them
+    grown = StepLayout([cache], [1])
+    assert grown.ks is not first.ks and np.shares_memory(grown.ks[0], cache.k)
+    assert np.shares_memory(grown.vs[0], cache.v)
+    del cache, first, grown
+    gc.collect()
+    assert len(attention._SOLO) == 0  # the weak table keeps no finished sequence's arrays
