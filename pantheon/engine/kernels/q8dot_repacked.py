@@ -5,7 +5,9 @@ A task's block holds its 32 rows' quant words row-interleaved, so one 64-byte lo
 splitting the nibbles in the register). Nothing is transposed per call, and each worker streams one
 contiguous run of tasks, the access the hardware prefetcher follows best. Per (row, vector) the
 operations are q8dot's: D_b = Σ q·xq − z·Σxq exactly, then acc = fma(float(D_b), d_b·xd_b, acc) in
-block order, so results equal the zero-copy kernels' bit for bit at every batch size.
+block order, so results equal the zero-copy kernels' bit for bit at every batch size. On AVX2 hosts
+(no vpdpbusd) a Q4_0 block's words add vpmaddubsw pair sums in int16 and one vpmaddwd ends the block
+(kernels.vnni.pairs), where the emulated vpdpbusd spent a vpmaddwd and a vpaddd per word.
 """
 
 import numpy as np
@@ -15,8 +17,8 @@ from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd import prefetch_l2
-from pantheon.engine.kernels.simd512 import ibcast16, store16
-from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, vdot16, wload16
+from pantheon.engine.kernels.simd512 import ibcast16, izero16, store16
+from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, pdot16, pmac16, vdot16, wload16
 from pantheon.engine.kernels.steal import claim, counters, run_of
 
 QK = 32
@@ -29,11 +31,13 @@ SPAN = 8
 
 @inline
 def _word4(c0, c1, c2, c3, w, x0, x1, x2, x3, xo, nibbles):
-    """Four vectors' dots advanced by one quant word of 16 rows (Q4_0 when `nibbles`: two groups)."""
+    """Four vectors' dots advanced by one quant word of 16 rows. Q4_0 (`nibbles`: two groups) adds pair
+    sums (kernels.vnni.pairs) that `_block4` finishes; a block's 8 groups of nibbles stay in int16 range
+    (pair_words(4) = 8), so on AVX2 a word costs vpmaddubsw + vpaddw instead of an emulated vpdpbusd."""
     if nibbles:
         lo, hi = lo16(w), hi16(w)
-        c0, c1 = vdot16(vdot16(c0, lo, x0, xo), hi, x0, xo + 16), vdot16(vdot16(c1, lo, x1, xo), hi, x1, xo + 16)
-        c2, c3 = vdot16(vdot16(c2, lo, x2, xo), hi, x2, xo + 16), vdot16(vdot16(c3, lo, x3, xo), hi, x3, xo + 16)
+        c0, c1 = pdot16(pdot16(c0, lo, x0, xo), hi, x0, xo + 16), pdot16(pdot16(c1, lo, x1, xo), hi, x1, xo + 16)
+        c2, c3 = pdot16(pdot16(c2, lo, x2, xo), hi, x2, xo + 16), pdot16(pdot16(c3, lo, x3, xo), hi, x3, xo + 16)
         return c0, c1, c2, c3
     return vdot16(c0, w, x0, xo), vdot16(c1, w, x1, xo), vdot16(c2, w, x2, xo), vdot16(c3, w, x3, xo)
 
@@ -42,8 +46,21 @@ def _word4(c0, c1, c2, c3, w, x0, x1, x2, x3, xo, nibbles):
 def _word1(c, w, x, xo, nibbles):
     """`_word4` for one vector."""
     if nibbles:
-        return vdot16(vdot16(c, lo16(w), x, xo), hi16(w), x, xo + 16)
+        return pdot16(pdot16(c, lo16(w), x, xo), hi16(w), x, xo + 16)
     return vdot16(c, w, x, xo)
+
+
+@inline
+def _start(zero, xsum, nibbles):
+    """A block's dot before its words: −z·Σxq in int32 lanes (Q8_0), or empty pair sums (Q4_0, whose
+    −z·Σxq `_end` adds)."""
+    return izero16() if nibbles else ibcast16(-zero * xsum)
+
+
+@inline
+def _end(c, zero, xsum, nibbles):
+    """A block's exact D_b = Σ q·xq − z·Σxq in int32 lanes from what its words accumulated."""
+    return pmac16(ibcast16(-zero * xsum), c, ibcast16(1)) if nibbles else c
 
 
 @inline
@@ -69,13 +86,17 @@ def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead):
     for b in range(b0, b1):
         o = b * gb
         stream_ahead(row, o, gb, i == 0, ahead)
-        c0, c1 = ibcast16(-zero * xsum[i, b]), ibcast16(-zero * xsum[k1, b])
-        c2, c3 = ibcast16(-zero * xsum[k2, b]), ibcast16(-zero * xsum[k3, b])
+        c0, c1 = _start(zero, xsum[i, b], nibbles), _start(zero, xsum[k1, b], nibbles)
+        c2, c3 = _start(zero, xsum[k2, b], nibbles), _start(zero, xsum[k3, b], nibbles)
         f0, f1, f2, f3 = c0, c1, c2, c3
         for w in range(words):
             xo = b * QK + 4 * w
             c0, c1, c2, c3 = _word4(c0, c1, c2, c3, wload16(row, o + w * WORD), x0, x1, x2, x3, xo, nibbles)
             f0, f1, f2, f3 = _word4(f0, f1, f2, f3, wload16(row, o + w * WORD + HALF), x0, x1, x2, x3, xo, nibbles)
+        c0, c1 = _end(c0, zero, xsum[i, b], nibbles), _end(c1, zero, xsum[k1, b], nibbles)
+        c2, c3 = _end(c2, zero, xsum[k2, b], nibbles), _end(c3, zero, xsum[k3, b], nibbles)
+        f0, f1 = _end(f0, zero, xsum[i, b], nibbles), _end(f1, zero, xsum[k1, b], nibbles)
+        f2, f3 = _end(f2, zero, xsum[k2, b], nibbles), _end(f3, zero, xsum[k3, b], nibbles)
         dq = o + words * WORD
         a0, a1 = fma16h(a0, c0, row, dq, xd[i, b]), fma16h(a1, c1, row, dq, xd[k1, b])
         a2, a3 = fma16h(a2, c2, row, dq, xd[k2, b]), fma16h(a3, c3, row, dq, xd[k3, b])
@@ -94,12 +115,13 @@ def _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead):
     for b in range(b0, b1):
         o = b * gb
         stream_ahead(row, o, gb, i == 0, ahead)
-        c0 = ibcast16(-zero * xsum[i, b])
+        c0 = _start(zero, xsum[i, b], nibbles)
         f0 = c0
         for w in range(words):
             xo = b * QK + 4 * w
             c0 = _word1(c0, wload16(row, o + w * WORD), x0, xo, nibbles)
             f0 = _word1(f0, wload16(row, o + w * WORD + HALF), x0, xo, nibbles)
+        c0, f0 = _end(c0, zero, xsum[i, b], nibbles), _end(f0, zero, xsum[i, b], nibbles)
         dq = o + words * WORD
         a0, e0 = fma16h(a0, c0, row, dq, xd[i, b]), fma16h(e0, f0, row, dq + HALF // 2, xd[i, b])
     store16(acc, 32 * i, a0)

@@ -45,3 +45,21 @@ def test_product_repacked_matches_dequantized_float64(qtype):
     x = acts.xq.view(np.int8).reshape(4, -1, 32) * acts.xd[..., None].astype(np.float64)  # [n, nb, 32]
     want = x.reshape(4, COLS) @ dequantize(raw, qtype).astype(np.float64).T  # [n, rows]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("n", (1, 4))
+def test_q4_0_blocks_at_the_int16_extremes(n):
+    """Every nibble 15 (or 0) against activations of ±127: a block's 8 nibble groups add 8 pair sums of
+    ±2·15·127 in int16 on AVX2 (kernels.vnni.pairs), 30480 at most, then one vpmaddwd widens them."""
+    raw = np.zeros((32, COLS // 32 * 18), np.uint8)
+    blocks = raw.reshape(32, -1, 18)
+    blocks[:, :, :2] = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)  # d = 1
+    blocks[:16, :, 2:] = 0xFF  # rows 0-15: every quant 15 - 8 = 7; rows 16-31: every quant 0 - 8 = -8
+    x = np.where(np.arange(n)[:, None] % 2 == 0, 1.0, -1.0) * np.ones((n, COLS))  # [n, cols]
+    acts = q8dot.Activations(x.astype(np.float32))
+    assert np.abs(acts.xq.view(np.int8)).min() == 127
+    got = np.empty((n, 32), np.float32)  # [n, rows]
+    q8dot.q4_0_repacked(repack.pack(T.Q4_0, raw), 32, acts.xq, acts.xd, acts.xsum, got, 1, 0)
+    q = np.where(np.arange(32) < 16, 7.0, -8.0)  # [rows]
+    want = (acts.xq.view(np.int8).astype(np.float64) * acts.xd.repeat(32, axis=1)) @ (q[:, None] * np.ones(COLS)).T
+    np.testing.assert_allclose(got, want, rtol=1e-6)
