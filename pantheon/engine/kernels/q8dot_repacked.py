@@ -32,7 +32,7 @@ SPAN = 8
 @inline
 def _word4(c0, c1, c2, c3, w, x0, x1, x2, x3, xo, nibbles):
     """Four vectors' dots advanced by one quant word of 16 rows. Q4_0 (`nibbles`: two groups) adds pair
-    sums (kernels.vnni.pairs) that `_block4` finishes; a block's 8 groups of nibbles stay in int16 range
+    sums (kernels.vnni.pairs) that `_end` widens; a block's 8 groups of nibbles stay in int16 range
     (pair_words(4) = 8), so on AVX2 a word costs vpmaddubsw + vpaddw instead of an emulated vpdpbusd."""
     if nibbles:
         lo, hi = lo16(w), hi16(w)
