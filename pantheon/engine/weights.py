@@ -26,7 +26,8 @@ class Stack:
 
     def serves(self, ws, i):
         """True when ws[i:] starts with this stack's members, in order."""
-        return len(ws) - i >= len(self.names) and all(w.name == n for w, n in zip(ws[i:], self.names))
+        k = len(self.names)
+        return len(ws) - i >= k and tuple([w.name for w in ws[i:i + k]]) == self.names
 
 
 @dataclass(frozen=True, eq=False)

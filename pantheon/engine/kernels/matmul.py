@@ -64,32 +64,37 @@ def qmatmul(ws, x):
 
 
 class _Acts:
-    """Activations x [n, cols], rounded to int8 on first need, once per rounding, for every weight."""
+    """Activations x [n, cols], rounded to int8 on first need, once per rounding, for every weight; and
+    the thread count the products take (numba's getter costs about a microsecond: read once a call)."""
 
     def __init__(self, x):
-        self.x, self.n = x, x.shape[0]
+        self.x, self.n, self.threads = x, x.shape[0], numba.get_num_threads()
+        self._q8k = self._q8 = None
 
-    @functools.cached_property
     def q8k(self):
-        return q8k.activations(self.x)  # per 256, Q8_K
+        if self._q8k is None:  # not functools.cached_property, whose lock costs more than this lookup
+            self._q8k = q8k.activations(self.x)  # per 256, Q8_K
+        return self._q8k
 
-    @functools.cached_property
     def q8(self):
-        return q8dot.Activations(self.x)  # per 32, Q8_0
+        if self._q8 is None:
+            self._q8 = q8dot.Activations(self.x)  # per 32, Q8_0
+        return self._q8
 
 
 def _product(w, packed, rows, acts):
     """float32 [n, rows]: acts.x times w, or times `packed` (w's repacked copy, or the stack w leads,
     of `rows` rows) when not None."""
     out = np.empty((acts.n, rows), dtype=np.float32)  # [n, rows]
-    if packed is not None and q8k.supports(w.qtype, w.cols):
-        q8k.product_repacked(w.qtype, packed, rows, acts.q8k, out)
+    k_quant = q8k.supports(w.qtype, w.cols)
+    if packed is not None and k_quant:
+        q8k.product_repacked(w.qtype, packed, rows, acts.q8k(), out, acts.threads)
     elif packed is not None:
-        q8dot.product_repacked(w.qtype, packed, rows, acts.q8, out)
-    elif q8k.supports(w.qtype, w.cols):
-        q8k.product(w.qtype, w.raw, acts.q8k, out)
+        q8dot.product_repacked(w.qtype, packed, rows, acts.q8(), out, acts.threads)
+    elif k_quant:
+        q8k.product(w.qtype, w.raw, acts.q8k(), out)
     elif q8dot.supports(w.qtype):
-        q8dot.product(w.qtype, w.raw, acts.q8, out)
+        q8dot.product(w.qtype, w.raw, acts.q8(), out)
     else:
         matmul(w, acts.x, out)
     return out

@@ -182,8 +182,8 @@ def product(qtype, raw, acts, out):
         in_place(raw, acts.xq, acts.xd, acts.xsum, out)
 
 
-def product_repacked(qtype, packed, rows, acts, out):
+def product_repacked(qtype, packed, rows, acts, out, threads=None):
     """`product` on the repacked copy (kernels.repack) of a `rows`-row weight: one kernel for every n,
-    with the same bits as `product`."""
-    _kernels(qtype)[2](packed, rows, acts.xq, acts.xd, acts.xsum, out, numba.get_num_threads(),
+    with the same bits as `product`; `threads` None: numba's."""
+    _kernels(qtype)[2](packed, rows, acts.xq, acts.xd, acts.xsum, out, threads or numba.get_num_threads(),
                        prefetch_ahead(qtype, acts.n))

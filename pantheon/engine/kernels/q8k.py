@@ -110,8 +110,8 @@ _REPACKED = {GGMLQuantizationType.Q4_K: q4_k_repacked, GGMLQuantizationType.Q5_K
              GGMLQuantizationType.Q6_K: q6_k_repacked}
 
 
-def product_repacked(qtype, packed, rows, acts, out):
+def product_repacked(qtype, packed, rows, acts, out, threads=None):
     """`product` on the repacked copy (kernels.repack) of a `rows`-row Q4_K / Q5_K / Q6_K weight, on a VNNI
-    or AVX2 host: one kernel for every n, with the same bits as `product`."""
-    _REPACKED[qtype](packed, rows, acts.xq, acts.xd, acts.bs16, out, numba.get_num_threads(),
+    or AVX2 host: one kernel for every n, with the same bits as `product`; `threads` None: numba's."""
+    _REPACKED[qtype](packed, rows, acts.xq, acts.xd, acts.bs16, out, threads or numba.get_num_threads(),
                      prefetch_ahead(qtype, acts.n))
