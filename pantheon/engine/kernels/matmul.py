@@ -1,8 +1,6 @@
 """Matrix products of raw-block weights with float32 activations: gemv for few rows (for F16 / BF16, whose
 tiled gemv beats BLAS, at any count), dequantized tiles + BLAS for many."""
 
-import functools
-
 import numba
 import numpy as np
 
