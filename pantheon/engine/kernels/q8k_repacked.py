@@ -26,8 +26,7 @@ from pantheon.engine.kernels.q8k_repacked_tiles import tiled
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
 from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, imacs16, pdot16, pmac16,
-                                                pwords16, sbload16, six_a, six_b, six_c, six_d, spair16, wdot16,
-                                                wload16)
+                                                pwords16, sbload16, six16, six_top16, spair16, wdot16, wload16)
 from pantheon.engine.kernels.steal import claim, counters, run_of
 
 # From this many vectors on (prefill), a task is unpacked once into q8k_lanes' tile of 8-bit quants and
@@ -157,18 +156,18 @@ def _four6(p, t, g, xq, xd, bs16, i, b, acc):
                 c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
                 d0, d1, d2, d3 = izero16(), izero16(), izero16(), izero16()
                 for w in range(w0, min(w0 + step, 4 * q + 4)):
-                    ql, qm, qh = words6(row, o, half, w, h)
+                    p0, p1, p2 = words6(row, o, half, w, h)
                     xo = b * QK_K + 128 * half + 4 * w
-                    v = six_a(ql, qh)
+                    v = six16(p0)
                     a0, a1 = pdot16(a0, v, x0, xo), pdot16(a1, v, x1, xo)
                     a2, a3 = pdot16(a2, v, x2, xo), pdot16(a3, v, x3, xo)
-                    v, xo = six_b(qm, qh), xo + 32
+                    v, xo = six16(p1), xo + 32
                     b0, b1 = pdot16(b0, v, x0, xo), pdot16(b1, v, x1, xo)
                     b2, b3 = pdot16(b2, v, x2, xo), pdot16(b3, v, x3, xo)
-                    v, xo = six_c(ql, qh), xo + 32
+                    v, xo = six16(p2), xo + 32
                     c0, c1 = pdot16(c0, v, x0, xo), pdot16(c1, v, x1, xo)
                     c2, c3 = pdot16(c2, v, x2, xo), pdot16(c3, v, x3, xo)
-                    v, xo = six_d(qm, qh), xo + 32
+                    v, xo = six_top16(p0, p1, p2), xo + 32
                     d0, d1 = pdot16(d0, v, x0, xo), pdot16(d1, v, x1, xo)
                     d2, d3 = pdot16(d2, v, x2, xo), pdot16(d3, v, x3, xo)
                 i0 = pmac16(pmac16(pmac16(pmac16(i0, a0, sa), b0, sb), c0, sc), d0, sd)
@@ -188,16 +187,11 @@ def _group8(row, o, h, half, w0, w1, grp, xq, i, b):
     a0, a1, a2, a3 = izero16(), izero16(), izero16(), izero16()
     a4, a5, a6, a7 = izero16(), izero16(), izero16(), izero16()
     for w in range(w0, w1):
-        ql = wload16(row, word6(o, half, w, grp % 2) + h)
-        qh = wload16(row, word6(o, half, w, 2) + h)
-        if grp == 0:
-            v = six_a(ql, qh)
-        elif grp == 1:
-            v = six_b(ql, qh)
-        elif grp == 2:
-            v = six_c(ql, qh)
+        if grp < 3:
+            v = six16(wload16(row, word6(o, half, w, grp) + h))
         else:
-            v = six_d(ql, qh)
+            p0, p1, p2 = words6(row, o, half, w, h)
+            v = six_top16(p0, p1, p2)
         xo = b * QK_K + 128 * half + 4 * w + 32 * grp
         a0, a1, a2, a3 = pdot16(a0, v, x0, xo), pdot16(a1, v, x1, xo), pdot16(a2, v, x2, xo), pdot16(a3, v, x3, xo)
         a4, a5, a6, a7 = pdot16(a4, v, x4, xo), pdot16(a5, v, x5, xo), pdot16(a6, v, x6, xo), pdot16(a7, v, x7, xo)
@@ -232,9 +226,9 @@ def _eight6(p, t, g, xq, xd, bs16, i, b, acc, scr):
 @inline
 def _word6(row, o, half, w, h, x0, xo, a, b, c, d):
     """The four value-group dots of vector x0 over quant word w of `half`, rows from byte h of each word."""
-    ql, qm, qh = words6(row, o, half, w, h)
-    a, b = pdot16(a, six_a(ql, qh), x0, xo), pdot16(b, six_b(qm, qh), x0, xo + 32)
-    return a, b, pdot16(c, six_c(ql, qh), x0, xo + 64), pdot16(d, six_d(qm, qh), x0, xo + 96)
+    p0, p1, p2 = words6(row, o, half, w, h)
+    a, b = pdot16(a, six16(p0), x0, xo), pdot16(b, six16(p1), x0, xo + 32)
+    return a, b, pdot16(c, six16(p2), x0, xo + 64), pdot16(d, six_top16(p0, p1, p2), x0, xo + 96)
 
 
 @inline

@@ -33,15 +33,16 @@ def quants(five, row, o, at, qt, pr, w):
 
 @inline
 def word6(o, half, w, part):
-    """Where Q6_K quant word w (0..7) of `half` lies in the super-block at o: part 0 its ql word (values
-    128·half + 4w.., +64), 1 the ql word 32 bytes on (+32, +96), 2 its qh word (kernels.repack's order:
-    quarter (half, w // 4) keeps its 12 words together, each word's three parts back to back)."""
+    """Where Q6_K quant word w (0..7) of `half` lies in the super-block at o: its word of plane `part`
+    (kernels.repack: plane p holds values 128·half + 4w.. + 32p in its low 6 bits, the fourth group's
+    bits in its top 2; quarter (half, w // 4) keeps its 12 words together, each word's three planes
+    back to back)."""
     return o + ((2 * half + w // 4) * 12 + 3 * (w % 4) + part) * WORD
 
 
 @inline
 def words6(row, o, half, w, h):
-    """Q6_K quant word w of `half` in the super-block at o, 16 rows from byte h of each word: its ql word,
-    the ql word 32 bytes on and its qh word (the three a 6-bit value is assembled from)."""
+    """Q6_K quant word w of `half` in the super-block at o, 16 rows from byte h of each word: its words of
+    planes 0, 1 and 2 (the three its four 6-bit value groups come from: simd_lanes.six16, six_top16)."""
     at = word6(o, half, w, 0) + h
     return wload16(row, at), wload16(row, at + WORD), wload16(row, at + 2 * WORD)

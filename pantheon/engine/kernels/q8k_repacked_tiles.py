@@ -10,7 +10,7 @@ from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6
                                                          quants, words6)
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import bload16, hload16, imacs16, sbload16, six_a, six_b, six_c, six_d
+from pantheon.engine.kernels.simd_lanes import bload16, hload16, imacs16, sbload16, six16, six_top16
 
 
 @inline
@@ -20,12 +20,12 @@ def _unpack6(row, o, g, b, qt32, sv, mn, dt, dm):
     h = 16 * g
     for half in range(2):
         for w in range(8):
-            ql, qm, qh = words6(row, o, half, w, 4 * h)
+            p0, p1, p2 = words6(row, o, half, w, 4 * h)
             word = b * 64 + 32 * half + w  # of value 128·half + 4w: then +32, +64, +96 values
-            store16(qt32, word * ROWS + h, six_a(ql, qh))
-            store16(qt32, (word + 8) * ROWS + h, six_b(qm, qh))
-            store16(qt32, (word + 16) * ROWS + h, six_c(ql, qh))
-            store16(qt32, (word + 24) * ROWS + h, six_d(qm, qh))
+            store16(qt32, word * ROWS + h, six16(p0))
+            store16(qt32, (word + 8) * ROWS + h, six16(p1))
+            store16(qt32, (word + 16) * ROWS + h, six16(p2))
+            store16(qt32, (word + 24) * ROWS + h, six_top16(p0, p1, p2))
     for j in range(16):
         sc = sbload16(row, o + SC6 + j * ROWS + h)
         store16(sv, (b * 16 + j) * ROWS + h, sc)

@@ -14,15 +14,18 @@ after another, each as [unit][row] (a unit: the bytes one row contributes at a t
         dmin: fp16
   Q5_K  as Q4_K, with the file's 32 qh bytes as 8 words between the quants and the scales (bit 2p
         of qh byte l is the fifth bit of value 64p+l, bit 2p+1 that of 64p+32+l)
-  Q6_K  the file's ql (32 words) and qh (16 words) by quarter: quarter (h, q) holds, for k = 0..3,
-        ql word 16h+4q+k, ql word 16h+8+4q+k and qh word 8h+4q+k (the three one 6-bit value is
-        assembled from), so a pass reads a super-block strictly in address order and the hardware
-        prefetcher follows it; then the 16 int8 scales, d: fp16 (half h's ql bytes l and l + 32 and
-        qh byte l hold values 128h + l, +32, +64, +96)
+  Q6_K  the file's 6-bit values re-cut into three planes of bytes (`_six_planes`): half h's values
+        128h + l, +32, +64 (l = 0..31) whole in the low 6 bits of planes 0, 1, 2, and the fourth,
+        128h + l + 96, in their top 2 bits (its bits 4-5, 2-3, 0-1): on AVX2 a value costs one vpand,
+        the fourth 8 operations, where the file's nibbles and 2-bit fields cost 17 for the four. The
+        planes stand where the file's ql (32 words: 0 at ql bytes 64h + l, 1 at 64h + 32 + l) and qh
+        (16 words: 2 at qh byte 32h + l) lie, taken by quarter: quarter (h, q) holds, for k = 0..3,
+        words 16h+4q+k, 16h+8+4q+k and 32+8h+4q+k of those 48, so a pass reads a super-block strictly
+        in address order and the hardware prefetcher follows it; then the 16 int8 scales, d: fp16
 
-Q4_0, Q8_0 and Q6_K are a permutation of the file's bytes (18 / 34 / 210 per row and block); Q4_K
-and Q5_K grow by 4 bytes per row and super-block (144 -> 148, 176 -> 180: the 12 packed scale bytes
-become 16), so no kernel decodes them.
+Q4_0 and Q8_0 are a permutation of the file's bytes (18 / 34 per row and block), Q6_K one of its
+bits (210 bytes); Q4_K and Q5_K grow by 4 bytes per row and super-block (144 -> 148, 176 -> 180: the
+12 packed scale bytes become 16), so no kernel decodes them.
 """
 
 import numpy as np
@@ -48,7 +51,7 @@ def nbytes(qtype, rows, cols):
     return -(-rows // ROWS) * ROWS * cols // values * packed
 
 
-# Q6_K's 48 quant words (the file's ql words 0..31, then qh words as 32..47) in layout order.
+# Q6_K's 48 quant words (the planes in the file's ql words 0..31, then its qh words as 32..47) in layout order.
 Q6_ORDER = np.array([base + k for h in (0, 1) for q in (0, 1) for k in range(4)
                      for base in (16 * h + 4 * q, 16 * h + 8 + 4 * q, 32 + 8 * h + 4 * q)])
 
@@ -57,7 +60,8 @@ def _fields(qtype, blocks):
     """The block's fields in layout order, each uint8 [tasks, 32, nb, units, unit bytes]."""
     tasks, rows, nb, _ = blocks.shape
     if qtype == T.Q6_K:
-        words = blocks[..., :192].reshape(tasks, rows, nb, 48, 4)[..., Q6_ORDER, :]  # [tasks, 32, nb, 48, 4]
+        planes = _six_planes(blocks[..., :192])  # [tasks, 32, nb, 192]
+        words = planes.reshape(tasks, rows, nb, 48, 4)[..., Q6_ORDER, :]  # [tasks, 32, nb, 48, 4]
         return words, blocks[..., 192:208, None], blocks[..., None, 208:210]
     if qtype in (T.Q4_K, T.Q5_K):
         sc, mn = _k4_scales(blocks[..., 4:16])  # [tasks, 32, nb, 8] each
@@ -109,7 +113,7 @@ def unpack(qtype, packed, rows):
         fields = [d, dmin, _k4_pack(sc, mn), qh, qs]
     elif qtype == T.Q6_K:
         words = fields[0].reshape(tasks, ROWS, -1, 48, 4)[..., np.argsort(Q6_ORDER), :]  # [tasks, 32, nb, 48, 4]
-        fields = [words.reshape(tasks, ROWS, -1, 192), *fields[1:]]
+        fields = [_file_bits(words.reshape(tasks, ROWS, -1, 192)), *fields[1:]]
     else:  # Q4_0 / Q8_0 keep d first in the file
         fields = [fields[1], fields[0] ^ np.uint8(0x80) if qtype == T.Q8_0 else fields[0]]
     return np.concatenate(fields, axis=3).reshape(tasks * ROWS, nb * block)[:rows]
@@ -121,3 +125,30 @@ def _k4_pack(sc, mn):
     mid = mn[..., :4] | ((mn[..., 4:] >> 4) << 6)  # [..., 4]
     hi = (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)  # [..., 4]
     return np.concatenate([lo, mid, hi], axis=-1)
+
+
+def _six_values(q):
+    """Q6_K's ql, qh bytes q uint8 [..., 192] -> its 6-bit values a, b, c, d [..., 2, 32] each (half h,
+    position l: values 128h + l, +32, +64, +96, ggml's dequantize_row_q6_K)."""
+    ql, qh = q[..., :128].reshape(*q.shape[:-1], 2, 64), q[..., 128:].reshape(*q.shape[:-1], 2, 32)
+    lo, hi = ql[..., :32], ql[..., 32:]  # [..., 2, 32] each
+    return ((lo & 15) | (qh & 3) << 4, (hi & 15) | (qh >> 2 & 3) << 4,
+            lo >> 4 | (qh >> 4 & 3) << 4, hi >> 4 | (qh >> 6) << 4)
+
+
+def _six_planes(q):
+    """Q6_K's ql, qh bytes q uint8 [..., 192] -> the planes that stand in their place (module docstring)."""
+    a, b, c, d = _six_values(q)  # [..., 2, 32] each
+    p0, p1, p2 = a | (d >> 4) << 6, b | (d >> 2 & 3) << 6, c | (d & 3) << 6  # [..., 2, 32] each
+    ql = np.concatenate([p0, p1], axis=-1).reshape(*q.shape[:-1], 128)  # [..., 128]
+    return np.concatenate([ql, p2.reshape(*q.shape[:-1], 64)], axis=-1)  # [..., 192]
+
+
+def _file_bits(planes):
+    """The inverse of `_six_planes`: the planes uint8 [..., 192] -> the file's ql, qh bytes [..., 192]."""
+    p = planes[..., :128].reshape(*planes.shape[:-1], 2, 64)
+    p0, p1, p2 = p[..., :32], p[..., 32:], planes[..., 128:].reshape(*planes.shape[:-1], 2, 32)  # [..., 2, 32]
+    a, b, c, d = p0 & 63, p1 & 63, p2 & 63, (p0 >> 6) << 4 | (p1 >> 6) << 2 | p2 >> 6  # [..., 2, 32] each
+    ql = np.concatenate([(a & 15) | (c & 15) << 4, (b & 15) | (d & 15) << 4], axis=-1)  # [..., 2, 64]
+    qh = a >> 4 | (b >> 4) << 2 | (c >> 4) << 4 | (d >> 4) << 6  # [..., 2, 32]
+    return np.concatenate([ql.reshape(*planes.shape[:-1], 128), qh.reshape(*planes.shape[:-1], 64)], axis=-1)

@@ -108,26 +108,31 @@ def _bytes16(signed):
 bload16, sbload16 = _bytes16(False), _bytes16(True)
 
 
-def _six(high_nibble, shift):
-    """A Q6_K quant group of 16 rows from a word of ql and one of qh: the low (or high) nibble of each ql
-    byte, with 2 bits of the qh byte moved to bits 4-5 (qh shifted left by `shift`, right if negative)."""
-    def typer(typingctx, ql, qh):
-        def codegen(context, builder, sig, args):
-            def const(v):
-                return ir.Constant(_V16I, [v] * 16)
-            low = builder.lshr(args[0], const(4)) if high_nibble else args[0]
-            hi = builder.shl(args[1], const(shift)) if shift > 0 else args[1]
-            hi = builder.lshr(hi, const(-shift)) if shift < 0 else hi
-            return builder.or_(builder.and_(low, const(0x0F0F0F0F)), builder.and_(hi, const(0x30303030)))
-        return I32X16(ql, qh), codegen
-    typer.__name__ = f"six{'h' if high_nibble else 'l'}{shift}"
-    return intrinsic(typer)
+def _bytes_of(v):
+    """A byte value repeated in every byte of a <16 x i32> constant."""
+    return ir.Constant(_V16I, [v * 0x01010101] * 16)
 
 
-# Q6_K's four quant groups of a ql / qh byte position l (ggml's dequantize_row_q6_K): values l (low
-# nibble of ql[l], qh bits 0-1), l + 32 (low nibble of ql[l + 32], bits 2-3), l + 64 (high nibble of
-# ql[l], bits 4-5), l + 96 (high nibble of ql[l + 32], bits 6-7).
-six_a, six_b, six_c, six_d = _six(False, 4), _six(False, 2), _six(True, 0), _six(True, -2)
+@intrinsic
+def six16(typingctx, p):
+    """Q6_K values of 16 rows from a word of one of kernels.repack's planes: its low 6 bits of each byte."""
+    def codegen(context, builder, sig, args):
+        return builder.and_(args[0], _bytes_of(0x3F))
+    return I32X16(p), codegen
+
+
+@intrinsic
+def six_top16(typingctx, p0, p1, p2):
+    """The fourth Q6_K value group of 16 rows from the three planes' words (kernels.repack): the top 2
+    bits of each byte of p0, p1, p2 are its bits 4-5, 2-3, 0-1. Each plane is masked before its shift,
+    so no bit crosses into the next byte of a 32-bit lane."""
+    def codegen(context, builder, sig, args):
+        def top(v, shift):
+            t = builder.and_(v, _bytes_of(0xC0))
+            return builder.lshr(t, ir.Constant(_V16I, [shift] * 16)) if shift else t
+        v = builder.or_(builder.or_(top(args[0], 0), top(args[1], 2)), top(args[2], 4))  # the value << 2
+        return builder.lshr(v, ir.Constant(_V16I, [2] * 16))
+    return I32X16(p0, p1, p2), codegen
 
 
 @intrinsic

@@ -11,7 +11,7 @@ on Zen 4"):
   and need the software prefetch, the farther the better up to 64 KiB (Q4_0 at 8 vectors: 40.2 ms
   with none, 29.0 at 4096, 27.5 at 65536). Q6_K's single-vector pass wanted 64 KiB too while it read
   each quarter's three words 512 bytes apart (12 Q6_K 5632x2048 matrices: 16.7 GB/s with none, 26.6 at
-  65536); its words now lie in the order it reads them (repack layout 7), and with none it streams
+  65536); its words now lie in the order it reads them (repack layout 7 on), and with none it streams
   34-36 GB/s (alternating runs) against 23-26 for the old layout at 64 KiB. Q5_K's single-vector pass
   reads two streams (its quant words and, on the first pair, its qh words) and wants 64 KiB at every
   batch size (12 Q5_K 5632x2048 matrices, one vector: 24.6-25.0 GB/s against 19.6-20.0 with none).

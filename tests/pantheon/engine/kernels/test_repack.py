@@ -1,4 +1,4 @@
-"""The repacked layout: exactly the documented byte positions, and a lossless permutation of the file."""
+"""The repacked layout: exactly the documented byte positions, and a lossless rearrangement of the file."""
 
 import numpy as np
 import pytest
@@ -67,3 +67,22 @@ def test_q4_k_layout_dequantizes_to_gguf_values():
     shift = (dmin[:, :, None, :] * mn).transpose(0, 3, 1, 2)[..., None]  # [tasks, row, nb, sub, 1]
     got = (scale * q - shift).reshape(96, COLS)[:ROWS]  # [rows, cols]
     np.testing.assert_allclose(got, dequantize(raw, T.Q4_K), rtol=1e-6, atol=1e-7)
+
+
+def test_q6_k_planes_dequantize_to_gguf_values():
+    """Every value rebuilt from the documented Q6_K layout alone (three planes of 6-bit values, the fourth
+    value in their top bits; int8 scales; d), d·sc·(q − 32), equals gguf-py's dequantization."""
+    raw = random_blocks(T.Q6_K, ROWS, COLS, np.random.default_rng(13))
+    nb = COLS // 256
+    blk = repack.pack(T.Q6_K, raw).reshape(3, nb, 210 * 32)  # [tasks, nb, 32 rows' super-block]
+    pl = blk[..., :6144].reshape(3, nb, 2, 2, 4, 3, 32, 4)  # [tasks, nb, half, quarter, word, plane, row, byte]
+    top = (pl[..., 0, :, :] >> 6) << 4 | (pl[..., 1, :, :] >> 6) << 2 | pl[..., 2, :, :] >> 6  # [.., row, byte]
+    q = np.stack([pl[..., 0, :, :] & 63, pl[..., 1, :, :] & 63, pl[..., 2, :, :] & 63, top], axis=3)
+    # q: [tasks, nb, half, group (+32 each), quarter, word, row, byte] -> value 128·half + 32·group + 16·quarter
+    # + 4·word + byte
+    q = q.transpose(0, 6, 1, 2, 3, 4, 5, 7).reshape(3, 32, nb, 256).astype(np.float32)  # [tasks, row, nb, 256]
+    sc = blk[..., 6144:6656].view(np.int8).reshape(3, nb, 16, 32).astype(np.float32)  # [tasks, nb, 16, row]
+    d = blk[..., 6656:6720].copy().view(np.float16).astype(np.float32)  # [tasks, nb, row]
+    scale = (d[:, :, None, :] * sc).transpose(0, 3, 1, 2).repeat(16, axis=3)  # [tasks, row, nb, 256]
+    got = (scale * (q - 32)).reshape(96, COLS)[:ROWS]  # [rows, cols]
+    np.testing.assert_allclose(got, dequantize(raw, T.Q6_K), rtol=1e-6, atol=1e-7)
