@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from pantheon.engine import repacked
+from pantheon.engine import decode_step, repacked
 from pantheon.engine.attention import StepLayout, attend_step
 from pantheon.engine.kernels.matmul import dequantize_rows, qmatmul
 from pantheon.engine.kvcache import KVCache
@@ -27,6 +27,7 @@ class Model(ModelText):
         self.threads = ThreadBudget(threads)
         self.rope = Rope(config.n_rot, config.rope_base, config.neox_rope)
         self.heartbeat = None  # a callable forward() calls once per layer (a server's liveness signal)
+        self.decode_step = decode_step.plan(weights, config, self.rope)  # None: no fast path for these weights
 
     def new_cache(self, n_ctx=None):
         """An empty KV cache for one sequence (n_ctx defaults to the training context)."""
@@ -48,11 +49,21 @@ class Model(ModelText):
         for cache, toks in segs:
             cache.reserve(len(toks))
         with self.threads:
-            x = self._layers(segs)  # [N, dim]
-            out = self._head(x, segs, all_logits, frozenset(hidden), frozenset(every))
+            out = self._decode(segs, hidden)
+            if out is None:
+                x = self._layers(segs)  # [N, dim]
+                out = self._head(x, segs, all_logits, frozenset(hidden), frozenset(every))
         for cache, toks in segs:
             cache.tokens.extend(int(t) for t in toks)
         return out
+
+    def _decode(self, segs, hidden):
+        """[logits [1, n_vocab]] from the fast path (engine.decode_step) for one sequence's one token, else
+        None (the general path's turn: several rows, hidden states wanted, or the path busy)."""
+        if self.decode_step is None or len(segs) != 1 or len(segs[0][1]) != 1 or hidden:
+            return None
+        logits = self.decode_step.step(segs[0][0], int(segs[0][1][0]), self.heartbeat)  # [1, n_vocab]
+        return None if logits is None else [logits]
 
     def _layers(self, segs):
         toks = np.concatenate([t for _, t in segs])  # [N]

@@ -25,8 +25,13 @@ def rms_norm(x, weight, eps):
     """x float32 [..., d] scaled to unit root-mean-square, times weight [d]."""
     d = x.shape[-1]
     out = np.empty(x.shape, np.float32)  # [..., d]
-    _rms_rows(np.ascontiguousarray(x).reshape(-1, d), weight, np.float32(eps), out.reshape(-1, d))
+    rms_norm_into(np.ascontiguousarray(x).reshape(-1, d), weight, eps, out.reshape(-1, d))
     return out
+
+
+def rms_norm_into(x, weight, eps, out):
+    """`rms_norm` of a C-contiguous x [n, d], written into out [n, d]."""
+    _rms_rows(x, weight, np.float32(eps), out)
 
 
 def silu(x):
@@ -61,8 +66,13 @@ def _silu_mul_serial(g, u, out):
 def silu_mul(g, u):
     """silu(g) * u for g, u float32 [n, f] (SwiGLU's gate and up): float32 [n, f]."""
     out = np.empty(g.shape, np.float32)  # [n, f]
-    (_silu_mul_serial if g.size < SERIAL_VALUES else _silu_mul_rows)(g, u, out)
+    silu_mul_into(g, u, out)
     return out
+
+
+def silu_mul_into(g, u, out):
+    """`silu_mul` written into out [n, f]."""
+    (_silu_mul_serial if g.size < SERIAL_VALUES else _silu_mul_rows)(g, u, out)
 
 
 def softmax(x, axis=-1):

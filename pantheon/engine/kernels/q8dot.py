@@ -77,9 +77,13 @@ class Activations:
         xq = np.empty((n, cols), np.int8)  # [n, cols]
         self.xd = np.empty((n, cols // QK), np.float32)  # [n, cols/32] scales
         self.xsum = np.empty((n, cols // QK), np.int32)  # [n, cols/32] Σxq
-        quantize = quantize_rows_serial if x.size < SERIAL_VALUES else quantize_rows
-        quantize(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.xsum)
+        quantize_into(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.xsum)
         self.xq = xq.view(np.uint8)  # [n, cols] the int8 bytes, as the loads expect
+
+
+def quantize_into(x, xq, xd, xsum):
+    """C-contiguous float32 x [n, cols] rounded per 32 into xq (int8), xd and xsum (`Activations`)."""
+    (quantize_rows_serial if x.size < SERIAL_VALUES else quantize_rows)(x, xq, xd, xsum)
 
 
 @inline
@@ -182,8 +186,13 @@ def product(qtype, raw, acts, out):
         in_place(raw, acts.xq, acts.xd, acts.xsum, out)
 
 
+def repacked_kernel(qtype):
+    """The kernel `product_repacked` calls for `qtype`: (packed, rows, xq, xd, xsum, out, threads, ahead)."""
+    return _kernels(qtype)[2]
+
+
 def product_repacked(qtype, packed, rows, acts, out, threads=None):
     """`product` on the repacked copy (kernels.repack) of a `rows`-row weight: one kernel for every n,
     with the same bits as `product`; `threads` None: numba's."""
-    _kernels(qtype)[2](packed, rows, acts.xq, acts.xd, acts.xsum, out, threads or numba.get_num_threads(),
-                       prefetch_ahead(qtype, acts.n))
+    repacked_kernel(qtype)(packed, rows, acts.xq, acts.xd, acts.xsum, out, threads or numba.get_num_threads(),
+                           prefetch_ahead(qtype, acts.n))

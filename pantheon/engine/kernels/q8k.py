@@ -110,6 +110,11 @@ _REPACKED = {GGMLQuantizationType.Q4_K: q4_k_repacked, GGMLQuantizationType.Q5_K
              GGMLQuantizationType.Q6_K: q6_k_repacked}
 
 
+def repacked_kernel(qtype):
+    """The kernel `product_repacked` calls for `qtype`: (packed, rows, xq, xd, bs16, out, threads, ahead)."""
+    return _REPACKED[qtype]
+
+
 def product_repacked(qtype, packed, rows, acts, out, threads=None):
     """`product` on the repacked copy (kernels.repack) of a `rows`-row Q4_K / Q5_K / Q6_K weight, on a VNNI
     or AVX2 host: one kernel for every n, with the same bits as `product`; `threads` None: numba's."""

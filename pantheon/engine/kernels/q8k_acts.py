@@ -75,6 +75,10 @@ class Q8K:
         xq = np.empty((n, cols), np.int8)  # [n, cols]
         self.xd = np.empty((n, cols // QK_K), np.float32)  # [n, cols/256] scales
         self.bs16 = np.empty((n, cols // 16), np.int16)  # [n, cols/16] Σxq
-        quantize = quantize_q8_k_serial if x.size < SERIAL_VALUES else quantize_q8_k
-        quantize(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.bs16)
+        quantize_into(np.ascontiguousarray(x, dtype=np.float32), xq, self.xd, self.bs16)
         self.xq = xq.view(np.uint8)  # [n, cols] the int8 bytes, as the loads expect
+
+
+def quantize_into(x, xq, xd, bs16):
+    """C-contiguous float32 x [n, cols] rounded to Q8_K into xq (int8), xd and bs16 (`quantize_q8_k`)."""
+    (quantize_q8_k_serial if x.size < SERIAL_VALUES else quantize_q8_k)(x, xq, xd, bs16)
