@@ -28,8 +28,9 @@ exact = _njit(parallel=True)
 # `exact` in the calling thread: for work too small to pay for waking numba's thread pool (a decode
 # step's activations: tens of microseconds per launch on a 2-vCPU VM, for a few of work).
 exact_serial = _njit()
-# Below this many values the activation quantizers and silu_mul take their serial form: a step of 8
-# streams (8 x 5632) too, whose serial pass is shorter than a launch.
-SERIAL_VALUES = 1 << 16
+# Below this many values the activation quantizers take their serial form (ops.silu_mul has its own
+# bound): a decode step's one row, whose serial pass is shorter than a launch. At 8 rows of 5632 two
+# threads win (Q8_K 20.2 -> 14.5 us, Q8_0 14.6 -> 11.2); at 8 x 2048 they lose (7.7 -> 8.7, 5.8 -> 10.3).
+SERIAL_VALUES = 1 << 15
 inline = _njit(fastmath=True, inline="always")
 serial = _njit(fastmath=True)

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from pantheon.engine.kernels.jit import SERIAL_VALUES
-from pantheon.engine.ops import Rope, silu_mul
+from pantheon.engine.ops import SILU_SERIAL_VALUES, Rope, silu_mul
 
 
 def test_silu_mul_matches_float64_and_survives_extreme_gates():
@@ -21,8 +20,9 @@ def test_silu_mul_matches_float64_and_survives_extreme_gates():
 
 def test_silu_mul_takes_strided_halves_and_gives_each_row_the_same_bits_in_any_batch():
     rng = np.random.default_rng(1)
-    # The whole batch takes the thread pool's kernel, one row the serial one (jit.SERIAL_VALUES): the same bits.
-    n = SERIAL_VALUES // 32 + 1
+    # The whole batch takes the thread pool's kernel, one row the serial one (ops.SILU_SERIAL_VALUES): the
+    # same bits.
+    n = SILU_SERIAL_VALUES // 32 + 1
     gu = rng.standard_normal((n, 64)).astype(np.float32)  # [n, 2*32] gate, then up (phi3's fused ffn_up)
     whole = silu_mul(gu[:, :32], gu[:, 32:])  # [n, 32]
     for i in range(0, n, 97):
