@@ -1,4 +1,4 @@
-"""One sequence's one-token step over repacked weights with its buffers kept: decode's fast path.
+"""Decode steps (each sequence one new token) over repacked weights with their buffers kept: the fast path.
 
 A decode step of a TinyLlama-shaped model spends ~3 ms of Python around its kernels: per product an
 activations object, its arrays, a dispatch on the weight's type and layout, per layer a dozen arrays.
@@ -10,7 +10,9 @@ in the same order as Model's general path, so its logits are the same bits (test
 
 It serves the llama layout only (separate q, k, v without biases or norms, a gated FFN, no experts) and
 only when every matrix is repacked (engine.repacked) for an int8 kernel; anything else, and a second
-thread arriving while a step runs, takes the general path.
+thread arriving while a step runs, takes the general path. Rows are the step's sequences, one token each
+(a batch of decode streams as one); one row's products land in views of its kept outputs, several
+rows' members are copied out of a stack's output as the general path does.
 """
 
 import threading
@@ -27,56 +29,73 @@ from pantheon.engine.ops import rms_norm_into, silu_mul_into
 
 
 class _Rounding:
-    """One input width's int8 rounding, kept between steps: per 256 (Q8_K) for K-quants, else per 32."""
+    """One input width's int8 rounding for n rows, kept between steps: per 256 (Q8_K) for K-quants, else per 32."""
 
-    def __init__(self, k_quant, cols):
+    def __init__(self, k_quant, n, cols):
         per = 256 if k_quant else 32
         self.k_quant = k_quant
-        self.q = np.empty((1, cols), np.int8)  # [1, cols]
-        self.xq = self.q.view(np.uint8)  # [1, cols] the bytes the kernels load
-        self.xd = np.empty((1, cols // per), np.float32)  # [1, cols/per] scales
-        self.sums = np.empty((1, cols // (16 if k_quant else 32)), np.int16 if k_quant else np.int32)
+        self.q = np.empty((n, cols), np.int8)  # [n, cols]
+        self.xq = self.q.view(np.uint8)  # [n, cols] the bytes the kernels load
+        self.xd = np.empty((n, cols // per), np.float32)  # [n, cols/per] scales
+        self.sums = np.empty((n, cols // (16 if k_quant else 32)), np.int16 if k_quant else np.int32)
 
     def round(self, x):
         (q8k_acts.quantize_into if self.k_quant else q8dot.quantize_into)(x, self.q, self.xd, self.sums)
 
 
-class _Product:
-    """One kernel call: a repacked matrix (or stack) into its columns of an output row kept between steps."""
+class _Call:
+    """One kernel call: a repacked matrix (or a stack of them, engine.repacked) and the members it serves."""
 
-    def __init__(self, w, packed, rows, out):
+    def __init__(self, w, packed, rows, members):
         self.k_quant = q8k.supports(w.qtype, w.cols)
         self.kernel = (q8k if self.k_quant else q8dot).repacked_kernel(w.qtype)
-        self.packed, self.rows, self.out = packed, rows, out  # out: [1, rows] a contiguous view
-        self.ahead = prefetch_ahead(w.qtype, 1)
-
-    def run(self, acts, threads):
-        a = acts[self.k_quant]
-        self.kernel(self.packed, self.rows, a.xq, a.xd, a.sums, self.out, threads, self.ahead)
+        self.qtype, self.packed, self.rows, self.members = w.qtype, packed, rows, members  # members: (start, end)
 
 
 class _Products:
-    """Matrices that multiply one input: the calls for them (a stack in one), their outputs side by side in
-    one row [1, sum(rows)], and the roundings of that input they need."""
+    """Matrices that multiply one input: the calls for them, a stack in one call."""
 
     def __init__(self, ws):
-        self.row = np.empty((1, sum(w.rows for w in ws)), np.float32)  # [1, sum(rows)]
-        self.calls, i, at = [], 0, 0
+        self.calls, i = [], 0
         while i < len(ws):
             s = ws[i].stack
-            n, rows, packed = (len(s.names), s.spans[-1][1], s.packed) if s is not None and s.serves(ws, i) \
-                else (1, ws[i].rows, ws[i].packed)
-            self.calls.append(_Product(ws[i], packed, rows, self.row[:, at:at + rows]))
-            i, at = i + n, at + rows
+            if s is not None and s.serves(ws, i):
+                self.calls.append(_Call(ws[i], s.packed, s.spans[-1][1], s.spans))
+                i += len(s.names)
+            else:
+                self.calls.append(_Call(ws[i], ws[i].packed, ws[i].rows, ((0, ws[i].rows),)))
+                i += 1
         self.kinds = sorted({c.k_quant for c in self.calls})
 
-    def run(self, x, acts, threads):
-        """self.row = x [1, cols] times the matrices (x rounded once per kind)."""
+    def outputs(self, n):
+        """Each call's output [n, rows], kept between steps of n rows, and its prefetch distance."""
+        return [(np.empty((n, c.rows), np.float32), prefetch_ahead(c.qtype, n)) for c in self.calls]
+
+    def run(self, x, acts, outs, threads):
+        """Each member's product x [n, cols] times it, float32 [n, rows] C-contiguous (a view of the kept
+        output for one row, a copy for several: what the general path's stacks hand on)."""
         for kind in self.kinds:
             acts[kind].round(x)
-        for c in self.calls:
-            c.run(acts, threads)
-        return self.row
+        got = []
+        for c, (out, ahead) in zip(self.calls, outs):
+            a = acts[c.k_quant]
+            c.kernel(c.packed, c.rows, a.xq, a.xd, a.sums, out, threads, ahead)
+            got.extend(np.ascontiguousarray(out[:, s:e]) for s, e in c.members)  # [n, rows] each
+        return got
+
+
+class _Buffers:
+    """A step of n rows' arrays, kept for the next step of as many."""
+
+    def __init__(self, plan, n):
+        c = plan.config
+        widths = (plan.dim, c.n_ff, c.n_head * c.head_dim)
+        self.acts = {w: {k: _Rounding(k, n, w) for k in (False, True)} for w in widths}  # width -> kind -> arrays
+        self.h = np.empty((n, plan.dim), np.float32)  # [n, dim] normed rows
+        self.g = np.empty((n, c.n_ff), np.float32)  # [n, ff] silu(gate)·up
+        self.att = np.empty((n, c.n_head * c.head_dim), np.float32)  # [n, H*hd]
+        self.layers = [tuple(p.outputs(n) for p in layer) for layer in plan.layers]
+        self.head = plan.head.outputs(n)
 
 
 def _served(w):
@@ -97,61 +116,58 @@ def plan(weights, config, rope):
 
 
 class DecodeStep:
-    """The fast path's plan and buffers for one model; `step` runs it for one sequence and one token."""
+    """The fast path's plan and, per row count, its buffers for one model; `step` runs it."""
 
     def __init__(self, weights, config, rope):
         self.weights, self.config, self.rope = weights, config, rope
+        self.dim = weights.output.cols
         self.layers = [(_Products([b.wq, b.wk, b.wv]), _Products([b.wo]), _Products([b.gate, b.up]),
                         _Products([b.down])) for b in weights.blocks]
         self.head = _Products([weights.output])
-        dim, ff = weights.output.cols, config.n_ff
-        widths = (dim, ff, config.n_head * config.head_dim)
-        self.acts = {w: {k: _Rounding(k, w) for k in (False, True)} for w in widths}  # width -> kind -> buffers
-        self.h = np.empty((1, dim), np.float32)  # [1, dim] a normed row
-        self.g = np.empty((1, ff), np.float32)  # [1, ff] silu(gate)·up
-        self.att = np.empty((1, config.n_head * config.head_dim), np.float32)  # [1, H*hd]
+        self.buffers = {}  # rows -> _Buffers
         self.busy = threading.Lock()
 
-    def step(self, cache, token, heartbeat=None):
-        """float32 [1, n_vocab] logits (a new array) of `token` appended to `cache`, whose room for it is
+    def step(self, caches, tokens, heartbeat=None):
+        """float32 [n, n_vocab] logits (a new array) of tokens[i] appended to caches[i], whose room for it is
         reserved; None when another thread holds the buffers (the caller takes the general path)."""
         if not self.busy.acquire(blocking=False):
             return None
         try:
-            return self._step(cache, token, heartbeat, numba.get_num_threads())
+            n = len(tokens)
+            if n not in self.buffers:
+                self.buffers[n] = _Buffers(self, n)
+            return self._step(caches, tokens, heartbeat, numba.get_num_threads(), self.buffers[n])
         finally:
             self.busy.release()
 
-    def _step(self, cache, token, heartbeat, threads):
+    def _step(self, caches, tokens, heartbeat, threads, buf):
         c, w = self.config, self.weights
-        layout = StepLayout([cache], [1])
-        cos, sin = self.rope.tables(layout.pos)  # [1, 1, n_rot/2] each
-        x = dequantize_rows(w.token_embd, [token])  # [1, dim]
+        layout = StepLayout(caches, [1] * len(caches))
+        cos, sin = self.rope.tables(layout.pos)  # [n, 1, n_rot/2] each
+        x = dequantize_rows(w.token_embd, tokens)  # [n, dim]
         for li, blk in enumerate(w.blocks):
             if heartbeat is not None:
                 heartbeat()
-            x += self._attention(li, blk, x, layout, cos, sin, threads)  # [1, dim]
-            x += self._ffn(li, blk, x, threads)  # [1, dim]
-        rms_norm_into(x, w.output_norm, c.norm_eps, self.h)
-        return self.head.run(self.h, self.acts[self.h.shape[1]], threads).copy()  # [1, n_vocab]
+            x += self._attention(li, blk, x, layout, cos, sin, threads, buf)  # [n, dim]
+            x += self._ffn(li, blk, x, threads, buf)  # [n, dim]
+        rms_norm_into(x, w.output_norm, c.norm_eps, buf.h)
+        return self.head.run(buf.h, buf.acts[self.dim], buf.head, threads)[0].copy()  # [n, n_vocab]
 
-    def _attention(self, li, blk, x, layout, cos, sin, threads):
-        c, (qkv, wo, _, _) = self.config, self.layers[li]
-        rms_norm_into(x, blk.attn_norm, c.norm_eps, self.h)
-        row = qkv.run(self.h, self.acts[x.shape[1]], threads)  # [1, (H + 2·KV)·hd]
-        nq, nk = c.n_head * c.head_dim, c.n_head_kv * c.head_dim
-        q = row[:, :nq].reshape(1, c.n_head, c.head_dim)  # [1, H, hd] a view, rotated in place
-        k = row[:, nq:nq + nk].reshape(1, c.n_head_kv, c.head_dim)  # [1, KV, hd]
-        v = row[:, nq + nk:].reshape(1, c.n_head_kv, c.head_dim)  # [1, KV, hd]
+    def _attention(self, li, blk, x, layout, cos, sin, threads, buf):
+        c, n, (qkv, wo, _, _), (o_qkv, o_wo, _, _) = self.config, len(x), self.layers[li], buf.layers[li]
+        rms_norm_into(x, blk.attn_norm, c.norm_eps, buf.h)
+        q, k, v = qkv.run(buf.h, buf.acts[self.dim], o_qkv, threads)  # [n, H*hd], [n, KV*hd] x2
+        q = q.reshape(n, c.n_head, c.head_dim)  # [n, H, hd], rotated in place
+        k = k.reshape(n, c.n_head_kv, c.head_dim)  # [n, KV, hd]
         self.rope.apply(q, cos, sin)
         self.rope.apply(k, cos, sin)
-        store_and_attend(q, k, v, layout.ks, layout.vs, layout.seg, layout.pos, li, self.att, threads)
-        return wo.run(self.att, self.acts[self.att.shape[1]], threads)  # [1, dim]
+        v = v.reshape(n, c.n_head_kv, c.head_dim)  # [n, KV, hd]
+        store_and_attend(q, k, v, layout.ks, layout.vs, layout.seg, layout.pos, li, buf.att, threads)
+        return wo.run(buf.att, buf.acts[buf.att.shape[1]], o_wo, threads)[0]  # [n, dim]
 
-    def _ffn(self, li, blk, x, threads):
-        _, _, gu, down = self.layers[li]
-        rms_norm_into(x, blk.ffn_norm, self.config.norm_eps, self.h)
-        row = gu.run(self.h, self.acts[x.shape[1]], threads)  # [1, 2·ff]
-        ff = self.g.shape[1]
-        silu_mul_into(row[:, :ff], row[:, ff:], self.g)
-        return down.run(self.g, self.acts[ff], threads)  # [1, dim]
+    def _ffn(self, li, blk, x, threads, buf):
+        (_, _, gu, down), (_, _, o_gu, o_down) = self.layers[li], buf.layers[li]
+        rms_norm_into(x, blk.ffn_norm, self.config.norm_eps, buf.h)
+        g, u = gu.run(buf.h, buf.acts[self.dim], o_gu, threads)  # [n, ff] x2
+        silu_mul_into(g, u, buf.g)
+        return down.run(buf.g, buf.acts[buf.g.shape[1]], o_down, threads)[0]  # [n, dim]

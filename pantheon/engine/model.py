@@ -6,7 +6,7 @@ import numpy as np
 
 from pantheon.engine import decode_step, repacked
 from pantheon.engine.attention import StepLayout, attend_step
-from pantheon.engine.kernels.matmul import dequantize_rows, qmatmul
+from pantheon.engine.kernels.matmul import STACK_MAX_BATCH, dequantize_rows, qmatmul
 from pantheon.engine.kvcache import KVCache
 from pantheon.engine.model_weights import bind_weights
 from pantheon.engine.moe import moe_ffn
@@ -58,12 +58,13 @@ class Model(ModelText):
         return out
 
     def _decode(self, segs, hidden):
-        """[logits [1, n_vocab]] from the fast path (engine.decode_step) for one sequence's one token, else
-        None (the general path's turn: several rows, hidden states wanted, or the path busy)."""
-        if self.decode_step is None or len(segs) != 1 or len(segs[0][1]) != 1 or hidden:
+        """Each segment's logits [1, n_vocab] from the fast path (engine.decode_step) when every segment is
+        one token, at most STACK_MAX_BATCH of them; else None (the general path's turn: a prompt, hidden
+        states wanted, or the path busy)."""
+        if self.decode_step is None or hidden or len(segs) > STACK_MAX_BATCH or any(len(t) != 1 for _, t in segs):
             return None
-        logits = self.decode_step.step(segs[0][0], int(segs[0][1][0]), self.heartbeat)  # [1, n_vocab]
-        return None if logits is None else [logits]
+        logits = self.decode_step.step([c for c, _ in segs], [int(t[0]) for _, t in segs], self.heartbeat)
+        return None if logits is None else [logits[i:i + 1] for i in range(len(segs))]  # [1, n_vocab] each
 
     def _layers(self, segs):
         toks = np.concatenate([t for _, t in segs])  # [N]

@@ -48,6 +48,39 @@ def test_fast_path_logits_equal_the_general_path(name, monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+def _decode_batch(model, fast, streams=3):
+    """Logits of `streams` sequences (prompts of different lengths) stepping together through STEPS."""
+    saved, model.decode_step = model.decode_step, (model.decode_step if fast else None)
+    try:
+        caches = [model.new_cache(64) for _ in range(streams)]
+        for i, c in enumerate(caches):
+            model.forward([(c, PROMPT[:3 + i])])
+        out = []
+        for t in STEPS[:4]:
+            out.extend(model.forward([(c, [t + i]) for i, c in enumerate(caches)]))
+        return out
+    finally:
+        model.decode_step = saved
+
+
+@pytest.mark.parametrize("name", ["demo", "llama-q4_k_m"])
+def test_batched_decode_steps_equal_the_general_path(name, monkeypatch):
+    """Several sequences' one-token steps together (a batch of decode streams) take the fast path with
+    the general path's bits; each row's logits are its own, shaped [1, n_vocab]."""
+    model = open_model(_path(name), threads=2)
+    rows = []
+    step = decode_step.DecodeStep.step
+    spy = lambda self, caches, tokens, beat=None: rows.append(len(tokens)) or step(self, caches, tokens, beat)  # noqa: E731
+    monkeypatch.setattr(decode_step.DecodeStep, "step", spy)
+    fast = _decode_batch(model, True)
+    assert rows == [3] * 4
+    general = _decode_batch(model, False)
+    assert len(fast) == 12 and all(f.shape == (1, model.config.n_vocab) for f in fast)
+    for a, b in zip(fast, general):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(fast[0], fast[1])  # distinct sequences, distinct logits
+
+
 @pytest.mark.parametrize("name", ["qwen2-q8_0", "qwen3-q8_0", "phi3-q8_0", "mixtral-q8_0"])
 def test_layouts_it_does_not_serve_take_the_general_path(name):
     """Biases (qwen2), q/k norms (qwen3), fused qkv (phi3) and experts (mixtral)."""
