@@ -67,9 +67,12 @@ class _Products:
                 i += 1
         self.kinds = sorted({c.k_quant for c in self.calls})
 
-    def outputs(self, n):
-        """Each call's output [n, rows], kept between steps of n rows, and its prefetch distance."""
-        return [(np.empty((n, c.rows), np.float32), prefetch_ahead(c.qtype, n)) for c in self.calls]
+    def outputs(self, n, arrays):
+        """Each call's output [n, rows] and its prefetch distance; through `arrays` (place and shape -> array)
+        calls of one shape share theirs, every layer's and every product's: a step uses up each product's
+        output (adds it into x, rotates and attends, or gates it) before the next product runs."""
+        return [(arrays.setdefault((i, n, c.rows), np.empty((n, c.rows), np.float32)), prefetch_ahead(c.qtype, n))
+                for i, c in enumerate(self.calls)]
 
     def run(self, x, acts, outs, threads):
         """Each member's product x [n, cols] times it, float32 [n, rows] C-contiguous (a view of the kept
@@ -94,8 +97,9 @@ class _Buffers:
         self.h = np.empty((n, plan.dim), np.float32)  # [n, dim] normed rows
         self.g = np.empty((n, c.n_ff), np.float32)  # [n, ff] silu(gate)·up
         self.att = np.empty((n, c.n_head * c.head_dim), np.float32)  # [n, H*hd]
-        self.layers = [tuple(p.outputs(n) for p in layer) for layer in plan.layers]
-        self.head = plan.head.outputs(n)
+        arrays = {}  # (place, rows, columns) -> [rows, columns]: outputs shared by the calls of one shape
+        self.layers = [tuple(p.outputs(n, arrays) for p in layer) for layer in plan.layers]
+        self.head = plan.head.outputs(n, {})
 
 
 def _served(w):
@@ -124,7 +128,7 @@ class DecodeStep:
         self.layers = [(_Products([b.wq, b.wk, b.wv]), _Products([b.wo]), _Products([b.gate, b.up]),
                         _Products([b.down])) for b in weights.blocks]
         self.head = _Products([weights.output])
-        self.buffers = {}  # rows -> _Buffers
+        self.buffers = {}  # rows -> _Buffers: one row's, and the last batch size's
         self.busy = threading.Lock()
 
     def step(self, caches, tokens, heartbeat=None):
@@ -135,6 +139,7 @@ class DecodeStep:
         try:
             n = len(tokens)
             if n not in self.buffers:
+                self.buffers = {k: b for k, b in self.buffers.items() if k == 1}  # a server's batch size moves
                 self.buffers[n] = _Buffers(self, n)
             return self._step(caches, tokens, heartbeat, numba.get_num_threads(), self.buffers[n])
         finally:

@@ -134,3 +134,14 @@ def test_threads_share_a_model_safely():
     for seq in got:
         for a, b in zip(seq, want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_kept_buffers_are_one_rows_and_the_last_batch_sizes():
+    """A server's batch size moves: the path keeps one row's arrays and the latest other size's only."""
+    model = open_model(_path("demo"), threads=2)
+    caches = [model.new_cache(32) for _ in range(4)]
+    for c in caches:
+        model.forward([(c, PROMPT[:4])])
+    for n in (1, 3, 2, 4):
+        model.forward([(c, [5]) for c in caches[:n]])
+    assert sorted(model.decode_step.buffers) == [1, 4]
