@@ -9,8 +9,8 @@ vpmaddwd by the scales, kernels.vnni.pairs), and each super-block ends with q8k_
 acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc). The mins' sums come from vpdpwssd
 (two scale·Σxq products per lane), and Q6_K passes eight vectors at once, each 6-bit word assembled once
 for the eight. The same integers and float operations as the zero-copy kernels, so results are bit-equal
-to them at every batch size. From TILED_FROM vectors on, tasks go through q8k_repacked_tiles instead; the
-layout's offsets are in q8k_repacked_layout.
+to them at every batch size. From TILED_FROM vectors on (Q6_K on AVX2: from 2), tasks go through
+q8k_repacked_tiles instead; the layout's offsets are in q8k_repacked_layout.
 """
 
 import numpy as np
@@ -33,6 +33,11 @@ from pantheon.engine.kernels.steal import claim, counters, run_of
 # its passes are vpdpbusd alone: splitting nibbles and scaling per pass of 4 vectors cost more there
 # (Q6_K 5632x2048, 128 vectors: 8.2 ms against 6.9 for the zero-copy tiles).
 TILED_FROM = 16
+# Q6_K's on AVX2 hosts, where int16 pair sums end every 2 words (kernels.vnni.pair_words) and the 4- and
+# 8-vector passes lose to the tile from 2 vectors on (32000x2048 from DRAM, 2 threads, Zen 3: 2 vectors
+# 5.15 -> 4.23 ms, 3: 5.65 -> 5.08, 6: 8.67 -> 6.80, 8: 7.84 -> 7.15, 12: 13.28 -> 10.79; 4: 6.70 / 6.63).
+# Q4_K at 8 vectors stays faster in its passes (6.10 against 6.88 tiled); VNNI hosts keep TILED_FROM.
+TILED_FROM6_AVX2 = 2
 
 
 @inline
@@ -300,10 +305,15 @@ def _put(t, rows, out, acc, tmp):
 
 
 @inline
-def _scratch(n, cols):
-    """A worker's arrays: row-lane accumulators, a ragged row group, Q6_K's scale pairs and, from
-    TILED_FROM vectors, q8k_lanes' tile of a task (quant words, scales, mins, d, dmin in row lanes)."""
-    m = n >= TILED_FROM
+def _tiled_from6():
+    """From how many vectors Q6_K tasks go through the tile: pwords16(6) is 8 after VNNI, 2 on AVX2."""
+    return TILED_FROM if pwords16(6) == 8 else TILED_FROM6_AVX2
+
+
+@inline
+def _scratch(n, cols, m):
+    """A worker's arrays: row-lane accumulators, a ragged row group, Q6_K's scale pairs and, when `m` (the
+    batch is tiled), q8k_lanes' tile of a task (quant words, scales, mins, d, dmin in row lanes)."""
     return (np.empty(n * ROWS, np.float32),  # [n, 32] row-lane accumulators of the task
             np.empty(16, np.float32),  # [16] one ragged row group
             np.empty(8 * 64, np.uint8),  # [8, 16] Q6_K scale pairs of 16 rows, int16 each
@@ -318,7 +328,8 @@ def _scratch(n, cols):
 def _work45(five, wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
     """Worker wk's share of a Q4_K / Q5_K product: its own run of tasks, then what it steals from the
     others' (kernels.steal)."""
-    acc, tmp, scr, qt32, sv, mn, dt, dm = _scratch(xq.shape[0], xq.shape[1])
+    tile = xq.shape[0] >= TILED_FROM
+    acc, tmp, scr, qt32, sv, mn, dt, dm = _scratch(xq.shape[0], xq.shape[1], tile)
     tasks = p.shape[0]
     per = -(-tasks // workers)
     for j in range(workers):
@@ -326,7 +337,7 @@ def _work45(five, wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
         lo, hi = run_of(s, per, tasks)
         taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
         while t >= 0:
-            if xq.shape[0] >= TILED_FROM:
+            if tile:
                 tiled(5 if five else 4, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
             else:
                 _passes45(five, p, t, xq, xd, bs16, acc, ahead)
@@ -351,7 +362,8 @@ def _worker5(wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
 @exact_serial
 def _worker6(wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
     """`_work45` for Q6_K."""
-    acc, tmp, scr, qt32, sv, mn, dt, dm = _scratch(xq.shape[0], xq.shape[1])
+    tile = xq.shape[0] >= _tiled_from6()
+    acc, tmp, scr, qt32, sv, mn, dt, dm = _scratch(xq.shape[0], xq.shape[1], tile)
     tasks = p.shape[0]
     per = -(-tasks // workers)
     for j in range(workers):
@@ -359,7 +371,7 @@ def _worker6(wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
         lo, hi = run_of(s, per, tasks)
         taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
         while t >= 0:
-            if xq.shape[0] >= TILED_FROM:
+            if tile:
                 tiled(6, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
             else:
                 _passes6(p, t, xq, xd, bs16, acc, scr, ahead)
