@@ -75,36 +75,28 @@ def stream_ahead(row, o, gb, first, ahead):
 
 @inline
 def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead):
-    """Vectors i..i+3 against task t's two 16-row groups over blocks b0..b1: 8 int and 8 float row-lane
-    accumulators, the float ones carried between spans in acc [n·32]."""
+    """Vectors i..i+3 against task t's two 16-row groups over blocks b0..b1, one group at a time: its 4
+    int row-lane accumulators stay in registers across the block's words (both groups at once spill on
+    AVX2's 16 registers); the float ones are carried in acc [n·32]."""
     k1, k2, k3 = i + 1, i + 2, i + 3
     x0, x1, x2, x3 = xq[i], xq[k1], xq[k2], xq[k3]  # [cols] int8 bytes each
-    a0, a1, a2, a3 = fload16(acc, 32 * i), fload16(acc, 32 * k1), fload16(acc, 32 * k2), fload16(acc, 32 * k3)
-    e0, e1 = fload16(acc, 32 * i + 16), fload16(acc, 32 * k1 + 16)
-    e2, e3 = fload16(acc, 32 * k2 + 16), fload16(acc, 32 * k3 + 16)
     row, gb, nibbles = p[t], words * WORD + 2 * ROWS, words == 4
     for b in range(b0, b1):
         o = b * gb
         stream_ahead(row, o, gb, i == 0, ahead)
-        c0, c1 = _start(zero, xsum[i, b], nibbles), _start(zero, xsum[k1, b], nibbles)
-        c2, c3 = _start(zero, xsum[k2, b], nibbles), _start(zero, xsum[k3, b], nibbles)
-        f0, f1, f2, f3 = c0, c1, c2, c3
-        for w in range(words):
-            xo = b * QK + 4 * w
-            c0, c1, c2, c3 = _word4(c0, c1, c2, c3, wload16(row, o + w * WORD), x0, x1, x2, x3, xo, nibbles)
-            f0, f1, f2, f3 = _word4(f0, f1, f2, f3, wload16(row, o + w * WORD + HALF), x0, x1, x2, x3, xo, nibbles)
-        c0, c1 = _end(c0, zero, xsum[i, b], nibbles), _end(c1, zero, xsum[k1, b], nibbles)
-        c2, c3 = _end(c2, zero, xsum[k2, b], nibbles), _end(c3, zero, xsum[k3, b], nibbles)
-        f0, f1 = _end(f0, zero, xsum[i, b], nibbles), _end(f1, zero, xsum[k1, b], nibbles)
-        f2, f3 = _end(f2, zero, xsum[k2, b], nibbles), _end(f3, zero, xsum[k3, b], nibbles)
-        dq = o + words * WORD
-        a0, a1 = fma16h(a0, c0, row, dq, xd[i, b]), fma16h(a1, c1, row, dq, xd[k1, b])
-        a2, a3 = fma16h(a2, c2, row, dq, xd[k2, b]), fma16h(a3, c3, row, dq, xd[k3, b])
-        e0, e1 = fma16h(e0, f0, row, dq + HALF // 2, xd[i, b]), fma16h(e1, f1, row, dq + HALF // 2, xd[k1, b])
-        e2, e3 = fma16h(e2, f2, row, dq + HALF // 2, xd[k2, b]), fma16h(e3, f3, row, dq + HALF // 2, xd[k3, b])
-    for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
-        store16(acc, 32 * (i + k), a)
-        store16(acc, 32 * (i + k) + 16, e)
+        s0, s1, s2, s3 = xsum[i, b], xsum[k1, b], xsum[k2, b], xsum[k3, b]
+        for h in range(2):
+            c0, c1 = _start(zero, s0, nibbles), _start(zero, s1, nibbles)
+            c2, c3 = _start(zero, s2, nibbles), _start(zero, s3, nibbles)
+            for w in range(words):
+                c0, c1, c2, c3 = _word4(c0, c1, c2, c3, wload16(row, o + w * WORD + h * HALF), x0, x1, x2, x3,
+                                        b * QK + 4 * w, nibbles)
+            c0, c1 = _end(c0, zero, s0, nibbles), _end(c1, zero, s1, nibbles)
+            c2, c3 = _end(c2, zero, s2, nibbles), _end(c3, zero, s3, nibbles)
+            dq, lane = o + words * WORD + h * (HALF // 2), 16 * h
+            for k, (c, xdk) in enumerate(((c0, xd[i, b]), (c1, xd[k1, b]), (c2, xd[k2, b]), (c3, xd[k3, b]))):
+                at = 32 * (i + k) + lane
+                store16(acc, at, fma16h(fload16(acc, at), c, row, dq, xdk))
 
 
 @inline
