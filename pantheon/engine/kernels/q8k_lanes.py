@@ -71,46 +71,36 @@ def _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt):
 
 @inline
 def pass4(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
-    """Vectors i..i+3 against the task's two 16-row groups (sub: values per scale, 16 or 32)."""
+    """Vectors i..i+3 against the task's two 16-row groups (sub: values per scale, 16 or 32), one group at a
+    time: both at once hold 24 16-lane accumulators, which AVX2 (two registers a value) spills."""
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-    a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
-    e0, e1, e2, e3 = fzero16(), fzero16(), fzero16(), fzero16()
-    for b in range(xd.shape[1]):
-        i0, i1, i2, i3 = izero16(), izero16(), izero16(), izero16()
-        j0, j1, j2, j3 = izero16(), izero16(), izero16(), izero16()
-        for s in range(QK_K // sub):
-            c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
-            f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16()
-            for g in range(sub // 4):
-                xo = b * QK_K + s * sub + 4 * g
-                wo = (xo // 4) * GROUP
-                c0, c1 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo)
-                c2, c3 = bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
-                wo += 64
-                f0, f1 = bdot16(f0, qt, wo, x0, xo), bdot16(f1, qt, wo, x1, xo)
-                f2, f3 = bdot16(f2, qt, wo, x2, xo), bdot16(f3, qt, wo, x3, xo)
-            t = ((b * QK_K + s * sub) // 16) * CHUNK
-            i0, i1 = imadd16(i0, c0, svt, t), imadd16(i1, c1, svt, t)
-            i2, i3 = imadd16(i2, c2, svt, t), imadd16(i3, c3, svt, t)
-            t += 16
-            j0, j1 = imadd16(j0, f0, svt, t), imadd16(j1, f1, svt, t)
-            j2, j3 = imadd16(j2, f2, svt, t), imadd16(j3, f3, svt, t)
-        a0, e0 = _end(a0, e0, i0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b)
-        a1, e1 = _end(a1, e1, i1, j1, mnt, dt, dmt, bs16[i + 1], xd[i + 1, b], b)
-        a2, e2 = _end(a2, e2, i2, j2, mnt, dt, dmt, bs16[i + 2], xd[i + 2, b], b)
-        a3, e3 = _end(a3, e3, i3, j3, mnt, dt, dmt, bs16[i + 3], xd[i + 3, b], b)
-    for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
-        put_rows(out[i + k], r0, 0, a, nr, tmp)
-        put_rows(out[i + k], r0, 16, e, nr, tmp)
+    for h in range(2):
+        a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
+        for b in range(xd.shape[1]):
+            i0, i1, i2, i3 = izero16(), izero16(), izero16(), izero16()
+            for s in range(QK_K // sub):
+                c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
+                for g in range(sub // 4):
+                    xo = b * QK_K + s * sub + 4 * g
+                    wo = (xo // 4) * GROUP + 64 * h
+                    c0, c1 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo)
+                    c2, c3 = bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
+                t = ((b * QK_K + s * sub) // 16) * CHUNK + 16 * h
+                i0, i1 = imadd16(i0, c0, svt, t), imadd16(i1, c1, svt, t)
+                i2, i3 = imadd16(i2, c2, svt, t), imadd16(i3, c3, svt, t)
+            a0 = _end(a0, i0, mnt, dt, dmt, bs16[i], xd[i, b], b, h)
+            a1 = _end(a1, i1, mnt, dt, dmt, bs16[i + 1], xd[i + 1, b], b, h)
+            a2 = _end(a2, i2, mnt, dt, dmt, bs16[i + 2], xd[i + 2, b], b, h)
+            a3 = _end(a3, i3, mnt, dt, dmt, bs16[i + 3], xd[i + 3, b], b, h)
+        for k, a in enumerate((a0, a1, a2, a3)):
+            put_rows(out[i + k], r0, 16 * h, a, nr, tmp)
 
 
 @inline
-def _end(a, e, ia, ie, mnt, dt, dmt, bsi, xd, b):
-    """Super-block b's two fmas for both row groups of one vector: scaled sums, then mins."""
-    t, m = b * CHUNK, b * 16 * CHUNK
-    a = fnma16(fma16(a, ia, dt, t, xd), mins16(mnt, m, CHUNK, bsi, 16 * b), dmt, t, xd)
-    e = fnma16(fma16(e, ie, dt, t + 16, xd), mins16(mnt, m + 16, CHUNK, bsi, 16 * b), dmt, t + 16, xd)
-    return a, e
+def _end(a, ia, mnt, dt, dmt, bsi, xd, b, h):
+    """Super-block b's two fmas for row group h of one vector: scaled sums, then mins."""
+    t, m = b * CHUNK + 16 * h, b * 16 * CHUNK + 16 * h
+    return fnma16(fma16(a, ia, dt, t, xd), mins16(mnt, m, CHUNK, bsi, 16 * b), dmt, t, xd)
 
 
 @inline
@@ -126,7 +116,7 @@ def pass1(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
                 c0, f0 = bdot16(c0, qt, (xo // 4) * GROUP, x0, xo), bdot16(f0, qt, (xo // 4) * GROUP + 64, x0, xo)
             t = ((b * QK_K + s * sub) // 16) * CHUNK
             i0, j0 = imadd16(i0, c0, svt, t), imadd16(j0, f0, svt, t + 16)
-        a0, e0 = _end(a0, e0, i0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b)
+        a0, e0 = _end(a0, i0, mnt, dt, dmt, bs16[i], xd[i, b], b, 0), _end(e0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b, 1)
     put_rows(out[i], r0, 0, a0, nr, tmp)
     put_rows(out[i], r0, 16, e0, nr, tmp)
 
