@@ -1,11 +1,13 @@
-"""K-quant prefill and batched-decode kernels on AVX-512 VNNI: 32 rows unpacked and interleaved per task.
+"""K-quant prefill and batched-decode kernels (AVX-512 VNNI or AVX2): 32 rows unpacked and interleaved per task.
 
 A task moves its rows' quants into the interleaved layout of q8dot_tiles ([4-quant group, row,
 4 bytes]) and their scales, mins, d and dmin into row lanes: Q4_K straight from the file (one register
 transpose per two sub-blocks of 16 rows), the other types through q8k_tiles' common form (u8 quants
-in activation order, an int16 scale and min per 16 values). Per sub-block one 512-bit vpdpbusd per
-4 quants gives 16 rows' exact dots D_j and one vpmulld applies their scales; per super-block vpdpwssd
-forms M = Σ m_j·Σx_j (one per 16 values), and acc = fma(float(I), d·xd, acc),
+in activation order, an int16 scale and min per 16 values). Per sub-block the quant words' dots
+(simd_lanes.pdot16) take their scale once (pmac16): after VNNI one 512-bit vpdpbusd per 4 quants and
+one vpmulld, on AVX2 vpmaddubsw pair sums added in int16 for pwords16(bits) words and one vpmaddwd by
+the scale (llama.cpp's AVX2 form; an emulated vpdpbusd spent a vpmaddwd and a vpaddd per word). Per
+super-block vpdpwssd forms M = Σ m_j·Σx_j (one per 16 values), and acc = fma(float(I), d·xd, acc),
 acc = fma(float(M), −(dmin·xd), acc) with I = Σ sc_j·D_j: the operations of q8k_rows' decode
 kernels, so a row's result does not depend on the batch.
 """
@@ -18,10 +20,11 @@ from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.q8k_dot import Q4_K_BYTES
-from pantheon.engine.kernels.q8k_tiles import Q4_K, Q5_K, unpack
+from pantheon.engine.kernels.q8k_tiles import Q4_K, Q5_K, Q6_K, unpack
 from pantheon.engine.kernels.simd import half_at
-from pantheon.engine.kernels.simd512 import (bdot16, fma16, fnma16, fzero16, imadd16, interleave_k4, interleave_u8,
-                                             izero16, mins16, put_k4_scales)
+from pantheon.engine.kernels.simd512 import (fma16, fnma16, fzero16, interleave_k4, interleave_u8, izero16, mins16,
+                                             put_k4_scales)
+from pantheon.engine.kernels.simd_lanes import pdot16, pmac16, pwords16, wload16
 
 # Rows per task: two 16-lane groups.
 CHUNK = 32
@@ -70,24 +73,27 @@ def _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt):
 
 
 @inline
-def pass4(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
-    """Vectors i..i+3 against the task's two 16-row groups (sub: values per scale, 16 or 32), one group at a
-    time: both at once hold 24 16-lane accumulators, which AVX2 (two registers a value) spills."""
+def pass4(sub, step, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
+    """Vectors i..i+3 against the task's two 16-row groups (sub: values per scale, 16 or 32; step: quant
+    words pdot16 adds between two pmac16s, pwords16 of the quants' bits), one group at a time: both at
+    once hold 24 16-lane accumulators, which AVX2 (two registers a value) spills."""
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
+    sb = svt.view(np.uint8)  # [cols/16 · CHUNK · 4] the scales' bytes, for 16-lane loads
     for h in range(2):
         a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
         for b in range(xd.shape[1]):
             i0, i1, i2, i3 = izero16(), izero16(), izero16(), izero16()
             for s in range(QK_K // sub):
-                c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
-                for g in range(sub // 4):
-                    xo = b * QK_K + s * sub + 4 * g
-                    wo = (xo // 4) * GROUP + 64 * h
-                    c0, c1 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo)
-                    c2, c3 = bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
-                t = ((b * QK_K + s * sub) // 16) * CHUNK + 16 * h
-                i0, i1 = imadd16(i0, c0, svt, t), imadd16(i1, c1, svt, t)
-                i2, i3 = imadd16(i2, c2, svt, t), imadd16(i3, c3, svt, t)
+                sv = wload16(sb, 4 * (((b * QK_K + s * sub) // 16) * CHUNK + 16 * h))  # 16 rows' scales
+                for g0 in range(0, sub // 4, step):
+                    c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
+                    for g in range(g0, min(sub // 4, g0 + step)):
+                        xo = b * QK_K + s * sub + 4 * g
+                        w = wload16(qt, (xo // 4) * GROUP + 64 * h)
+                        c0, c1 = pdot16(c0, w, x0, xo), pdot16(c1, w, x1, xo)
+                        c2, c3 = pdot16(c2, w, x2, xo), pdot16(c3, w, x3, xo)
+                    i0, i1 = pmac16(i0, c0, sv), pmac16(i1, c1, sv)
+                    i2, i3 = pmac16(i2, c2, sv), pmac16(i3, c3, sv)
             a0 = _end(a0, i0, mnt, dt, dmt, bs16[i], xd[i, b], b, h)
             a1 = _end(a1, i1, mnt, dt, dmt, bs16[i + 1], xd[i + 1, b], b, h)
             a2 = _end(a2, i2, mnt, dt, dmt, bs16[i + 2], xd[i + 2, b], b, h)
@@ -104,21 +110,32 @@ def _end(a, ia, mnt, dt, dmt, bsi, xd, b, h):
 
 
 @inline
-def pass1(sub, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
-    """`pass4` for the single vector i."""
+def pass1(sub, step, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
+    """`pass4` for the single vector i, both row groups at once."""
     x0, a0, e0 = xq[i], fzero16(), fzero16()  # [cols] int8 bytes
+    sb = svt.view(np.uint8)  # [cols/16 · CHUNK · 4] the scales' bytes
     for b in range(xd.shape[1]):
         i0, j0 = izero16(), izero16()
         for s in range(QK_K // sub):
-            c0, f0 = izero16(), izero16()
-            for g in range(sub // 4):
-                xo = b * QK_K + s * sub + 4 * g
-                c0, f0 = bdot16(c0, qt, (xo // 4) * GROUP, x0, xo), bdot16(f0, qt, (xo // 4) * GROUP + 64, x0, xo)
-            t = ((b * QK_K + s * sub) // 16) * CHUNK
-            i0, j0 = imadd16(i0, c0, svt, t), imadd16(j0, f0, svt, t + 16)
+            t = 4 * ((b * QK_K + s * sub) // 16) * CHUNK
+            sv, sw = wload16(sb, t), wload16(sb, t + 64)  # rows 0-15's and 16-31's scales
+            for g0 in range(0, sub // 4, step):
+                c0, f0 = izero16(), izero16()
+                for g in range(g0, min(sub // 4, g0 + step)):
+                    xo = b * QK_K + s * sub + 4 * g
+                    wo = (xo // 4) * GROUP
+                    c0, f0 = pdot16(c0, wload16(qt, wo), x0, xo), pdot16(f0, wload16(qt, wo + 64), x0, xo)
+                i0, j0 = pmac16(i0, c0, sv), pmac16(j0, f0, sw)
         a0, e0 = _end(a0, i0, mnt, dt, dmt, bs16[i], xd[i, b], b, 0), _end(e0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b, 1)
     put_rows(out[i], r0, 0, a0, nr, tmp)
     put_rows(out[i], r0, 16, e0, nr, tmp)
+
+
+@inline
+def bits_of(kind):
+    """The bits below which `kind`'s common-form quants lie, as pwords16 takes them (Q2_K's and Q3_K's
+    within 4's bound)."""
+    return 6 if kind == Q6_K else (5 if kind == Q5_K else 4)
 
 
 @inline
@@ -166,10 +183,11 @@ def _work(kind, sub, w, workers, raw, xq, xd, bs16, out):
             _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt)
         else:
             _unpack_any(kind, raw, r0, nr, q, qt32, svt, mnt, dt, dmt)
+        step = pwords16(bits_of(kind))
         for i in range(0, n - n % 4, 4):
-            pass4(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
+            pass4(sub, step, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
         for i in range(n - n % 4, n):
-            pass1(sub, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
+            pass1(sub, step, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
 
 
 @exact

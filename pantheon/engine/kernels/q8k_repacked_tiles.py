@@ -10,7 +10,7 @@ from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6
                                                          quants, words6)
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import bload16, hload16, imacs16, sbload16, six16, six_top16
+from pantheon.engine.kernels.simd_lanes import bload16, hload16, imacs16, pwords16, sbload16, six16, six_top16
 
 
 @inline
@@ -68,7 +68,8 @@ def tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
             else:
                 _unpack45(bits == 5, p[t], b * gb, g, b, qt32, sv, mn, dt, dm)
     nr, sub, qt = min(rows, (t + 1) * ROWS) - t * ROWS, 16 if bits == 6 else 32, qt32.view(np.uint8)
+    step = pwords16(bits)
     for i in range(0, n - n % 4, 4):
-        pass4(sub, qt, sv, mn, dt, dm, xq, xd, bs16, i, out, t * ROWS, nr, tmp)
+        pass4(sub, step, qt, sv, mn, dt, dm, xq, xd, bs16, i, out, t * ROWS, nr, tmp)
     for i in range(n - n % 4, n):
-        pass1(sub, qt, sv, mn, dt, dm, xq, xd, bs16, i, out, t * ROWS, nr, tmp)
+        pass1(sub, step, qt, sv, mn, dt, dm, xq, xd, bs16, i, out, t * ROWS, nr, tmp)

@@ -195,15 +195,6 @@ def izero16(typingctx):
 
 
 @intrinsic
-def imadd16(typingctx, acc, dots, sv, idx):
-    """acc + dots·sv[idx:idx+16] in int32 lanes (exact): 16 rows' sub-block dots times their scales."""
-    def codegen(context, builder, sig, args):
-        scales = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _V16I), align=4)
-        return builder.add(args[0], builder.mul(args[1], scales))
-    return I32X16(acc, dots, sv, idx), codegen
-
-
-@intrinsic
 def mins16(typingctx, mn, idx, step, bs, bidx):
     """Σ_j over 16 per-16 mins mn[idx + j·step :][:16] (int32 row lanes) times the activation sums
     bs[bidx + j] broadcast (vpdpwssd on the int16 pair holding it, the min in the matching half and 0
