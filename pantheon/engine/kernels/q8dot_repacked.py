@@ -18,7 +18,7 @@ from pantheon.engine.kernels.q8dot_tiles import put_rows
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd import prefetch_l2
 from pantheon.engine.kernels.simd512 import ibcast16, izero16, store16
-from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, pdot16, pmac16, vdot16, wload16
+from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, pdot16, pmac16, qdot16, qstart16, wload16
 from pantheon.engine.kernels.steal import claim, counters, run_of
 
 QK = 32
@@ -39,7 +39,7 @@ def _word4(c0, c1, c2, c3, w, x0, x1, x2, x3, xo, nibbles):
         c0, c1 = pdot16(pdot16(c0, lo, x0, xo), hi, x0, xo + 16), pdot16(pdot16(c1, lo, x1, xo), hi, x1, xo + 16)
         c2, c3 = pdot16(pdot16(c2, lo, x2, xo), hi, x2, xo + 16), pdot16(pdot16(c3, lo, x3, xo), hi, x3, xo + 16)
         return c0, c1, c2, c3
-    return vdot16(c0, w, x0, xo), vdot16(c1, w, x1, xo), vdot16(c2, w, x2, xo), vdot16(c3, w, x3, xo)
+    return qdot16(c0, w, x0, xo), qdot16(c1, w, x1, xo), qdot16(c2, w, x2, xo), qdot16(c3, w, x3, xo)
 
 
 @inline
@@ -47,14 +47,14 @@ def _word1(c, w, x, xo, nibbles):
     """`_word4` for one vector."""
     if nibbles:
         return pdot16(pdot16(c, lo16(w), x, xo), hi16(w), x, xo + 16)
-    return vdot16(c, w, x, xo)
+    return qdot16(c, w, x, xo)
 
 
 @inline
 def _start(zero, xsum, nibbles):
-    """A block's dot before its words: −z·Σxq in int32 lanes (Q8_0), or empty pair sums (Q4_0, whose
-    −z·Σxq `_end` adds)."""
-    return izero16() if nibbles else ibcast16(-zero * xsum)
+    """A block's dot before its words: Q8_0's `qstart16` (−z·Σxq in int32 lanes after VNNI, 0 on AVX2), or
+    empty pair sums (Q4_0, whose −z·Σxq `_end` adds)."""
+    return izero16() if nibbles else qstart16(zero, xsum)
 
 
 @inline

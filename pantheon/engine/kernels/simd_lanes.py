@@ -12,7 +12,7 @@ from numba.extending import intrinsic
 from pantheon.engine.kernels.simd import _splat
 from pantheon.engine.kernels.simd512 import (F32X16, I32X16, U32X16, _I8, _V16F, _V16I, _V64B, _I32, _as_i32,
                                              _fma_rows, _ptr, wide_bytes)
-from pantheon.engine.kernels.vnni import dpbusd, dpwssd, pair_words, pairs, scale_pairs
+from pantheon.engine.kernels.vnni import dpbusd, dpwssd, has_vnni, pair_words, pairs, scale_pairs, signed_dots
 
 
 @intrinsic
@@ -40,18 +40,36 @@ lo16, hi16 = _nibbles(False), _nibbles(True)
 
 
 @intrinsic
-def vdot16(typingctx, acc, w, x, xoff):
-    """`bdot16` on quant words already in a register: acc + vpdpbusd(w, x[xoff:xoff+4] in every lane)."""
+def qdot16(typingctx, acc, w, x, xoff):
+    """acc plus 16 rows' dots of a Q8_0 quant word (q + 128 bytes, U32X16) with x[xoff:xoff+4] in every
+    lane: vpdpbusd after VNNI, Σ(q + 128)·x, whose −128·Σx the block's `qstart16` holds; on AVX2 Σq·x
+    itself (kernels.vnni.signed_dots). Either way a block ends on the same exact dot."""
+    if w != U32X16:
+        return None
     def codegen(context, builder, sig, args):
         xw = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _I32), align=1)
         xv = builder.bitcast(_splat(builder, xw, _V16I), _V64B)
-        return dpbusd(builder, args[0], builder.bitcast(args[1], _V64B), xv, sig.args[1] == U32X16)
+        u = builder.bitcast(args[1], _V64B)
+        if has_vnni():
+            return dpbusd(builder, args[0], u, xv, True)
+        return signed_dots(builder, args[0], u, xv)
     return I32X16(acc, w, x, xoff), codegen
 
 
 @intrinsic
+def qstart16(typingctx, zero, xsum):
+    """A Q8_0 block's dot before its words (`qdot16`): −zero·xsum in every lane after VNNI, 0 on AVX2."""
+    def codegen(context, builder, sig, args):
+        if not has_vnni():
+            return ir.Constant(_V16I, [0] * 16)
+        v = builder.mul(builder.neg(_as_i32(builder, args[0])), _as_i32(builder, args[1]))
+        return _splat(builder, v, _V16I)
+    return I32X16(zero, xsum), codegen
+
+
+@intrinsic
 def pdot16(typingctx, acc, w, x, xoff):
-    """`vdot16` left unscaled for `pmac16` (kernels.vnni.pairs): at most pwords16(bits) words of quants
+    """A word's dot left unscaled for `pmac16` (kernels.vnni.pairs): at most pwords16(bits) words of quants
     below 2^bits between two pmac16 of acc."""
     if w != I32X16:
         return None

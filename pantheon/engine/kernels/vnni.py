@@ -87,6 +87,22 @@ def dpbusd(builder, acc, u, s, wide):
     return builder.add(acc, _joined(builder, parts))
 
 
+def signed_dots(builder, acc, u, s):
+    """acc + Σ_{j<4} (u[4k+j] − 128)·s[4k+j] per int32 lane on AVX2, for Q8_0's q + 128 bytes u and
+    activations s in −127..127: llama.cpp's AVX2 form. vpsignb moves q's sign onto s, so |q| (at most
+    128) is vpmaddubsw's unsigned side and a pair stays within 2·128·127, then one vpmaddwd by 1: two
+    multiplies a word where `dpbusd`'s wide split takes four. VNNI hosts keep vpdpbusd on u (with the
+    −128·Σs term at the block's start), so this is AVX2's only."""
+    flip = ir.Constant(_V32B, [-128] * 32)
+    parts = []
+    for a, b in zip(_pieces(builder, u), _pieces(builder, s)):
+        q = builder.xor(a, flip)  # the signed quants
+        mag = _call(builder, "llvm.x86.avx2.psign.b", _V32B, [q, q])  # |q|, 128 read unsigned
+        sy = _call(builder, "llvm.x86.avx2.psign.b", _V32B, [b, q])  # s with q's sign
+        parts.append(_madd(builder, mag, sy, 1))
+    return builder.add(acc, _joined(builder, parts))
+
+
 def pairs(builder, acc, u, s):
     """acc plus u·s's byte products, unscaled, in the form `scale_pairs` finishes: VNNI's vpdpbusd int32
     lanes, or AVX2's vpmaddubsw pair sums added in int16 (llama.cpp's AVX2 form: no vpmaddwd per word).

@@ -10,7 +10,8 @@ from pantheon.engine.kernels import vnni
 from pantheon.engine.kernels.simd import bits32, dot4, flip_sign
 from pantheon.engine.kernels.simd512 import isum8, izero16
 from pantheon.engine.kernels.simd_f32 import isum16
-from pantheon.engine.kernels.simd_lanes import pdot16, pmac16, pwords16, sbload16, vdot16, wdot16, wload16
+from pantheon.engine.kernels.simd_lanes import (pdot16, pmac16, pwords16, qdot16, qstart16, sbload16, wdot16,
+                                                wload16)
 
 
 @pytest.fixture(params=["host", "avx2"])
@@ -65,25 +66,27 @@ def test_dot4_on_flipped_bytes_equals_the_integer_dot_for_any_byte(form):
     np.testing.assert_array_equal(out, ((q + 128) * s).reshape(64, 32).sum(1))
 
 
-def _vdot16_sum():
+def _qdot16_sum():
     @numba.njit
-    def run(w, x, out):
+    def run(w, x, xsum, out):
         for k in range(len(out)):
-            acc = izero16()
+            acc = qstart16(128, xsum[k])
             for j in range(8):
-                acc = vdot16(acc, wload16(w, 64 * (8 * k + j)), x, 4 * (8 * k + j))
+                acc = qdot16(acc, wload16(w, 64 * (8 * k + j)), x, 4 * (8 * k + j))
             out[k] = isum16(acc)
     return run
 
 
-@pytest.mark.parametrize("dtype,top", [(np.uint8, 127), (np.int8, 255)])
-def test_vdot16_equals_the_integer_dot(form, dtype, top):
-    """A uint8 word array holds quants below 128, an int8 one bytes of any value (simd512.wide_bytes)."""
+def test_qdot16_from_qstart16_equals_the_signed_integer_dot(form):
+    """Q8_0's q + 128 words: vpdpbusd after the −128·Σx start (VNNI), or AVX2's sign-moved Σq·x from 0,
+    exact for any q byte and activations in −127..127 (what the quantizer makes)."""
     rng = np.random.default_rng(2)
-    w, x = _extremes(rng, 0, top, 16 * 32), _extremes(rng, -128, 127, 32)  # [16384], [1024]
+    u, x = _extremes(rng, 0, 255, 16 * 32), _extremes(rng, -127, 127, 32)  # [16384], [1024]
+    u[512:576] = 0  # q = −128 against x = −127 (group 1's first word; group 0's meets 127)
     out = np.empty(32, np.int32)
-    _vdot16_sum()(w.astype(np.uint8).view(dtype), x.astype(np.int8).view(np.uint8), out)
-    rows = w.reshape(32, 8, 16, 4)  # [group, word, row, byte]
+    xsum = x.reshape(32, 32).sum(1).astype(np.int32)  # [32] Σx of each group's 8 words
+    _qdot16_sum()(u.astype(np.uint8).view(np.int8), x.astype(np.int8).view(np.uint8), xsum, out)
+    rows = u.reshape(32, 8, 16, 4) - 128  # [group, word, row, byte] the signed quants
     want = (rows * x.reshape(32, 8, 1, 4)).sum((1, 2, 3))  # [32]
     np.testing.assert_array_equal(out, want)
 
