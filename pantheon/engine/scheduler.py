@@ -199,7 +199,8 @@ class Engine:
         if not req.prompt:
             raise EngineError("prompt must contain at least one token")
         if len(req.prompt) >= self.config.n_ctx:
-            raise ContextOverflow(f"prompt of {len(req.prompt)} tokens leaves no room in a context of {self.config.n_ctx}")
+            raise ContextOverflow(f"prompt of {len(req.prompt)} tokens leaves no room in a context of "
+                                  f"{self.config.n_ctx}")
         if req.max_tokens < 0:
             raise EngineError(f"max_tokens must be at least 0, got {req.max_tokens}")
         if req.embed is not None:

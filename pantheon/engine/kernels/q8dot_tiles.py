@@ -3,9 +3,10 @@
 Each task unpacks its CHUNK rows into u8 quants laid out [block, 4-quant group, row, 4 bytes]
 (tens of KiB, cache-resident; the weights stay zero-copy views of the file) and their float32 d
 laid out [block, row]. One 512-bit vpdpbusd then advances 16 rows by 4 quants against 4 activation
-bytes broadcast to every lane (simd512), so a row's block dot lands whole in its lane and one convert
-and one fma finish 16 rows. Four vectors share every weight load, two 16-row groups every activation
-broadcast. Per (row, vector) the operations are q8dot's decode kernels': the same bits.
+bytes broadcast to every lane (on AVX2: Q4_0's vpmaddubsw pair sums added in int16 over a block,
+Q8_0's sign-moved form, simd_lanes' pdot16 / qdot16), so a row's block dot lands whole in its lane and
+one convert and one fma finish 16 rows. Four vectors share every weight load. Per (row, vector) the
+operations are q8dot's decode kernels': the same bits.
 """
 
 import numpy as np
@@ -14,8 +15,9 @@ from numba import prange
 
 from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.simd import bits32, flip_sign, half_at, nibbles16, prefetch
-from pantheon.engine.kernels.simd512 import (bdot16, fma16, fzero16, ibcast16, interleave_q4_0, interleave_q8_0,
+from pantheon.engine.kernels.simd512 import (fma16, fzero16, ibcast16, interleave_q4_0, interleave_q8_0, izero16,
                                              scatter_words, store16)
+from pantheon.engine.kernels.simd_lanes import pdot16, pmac16, qdot16, qstart16, wload16
 
 QK = 32
 Q4_0_BYTES = GGML_QUANT_SIZES[GGMLQuantizationType.Q4_0][1]
@@ -80,44 +82,62 @@ def put_rows(outi, r0, lo, acc, nr, tmp):
 
 
 @inline
-def _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp):
-    """Vectors i..i+3 against the task's two 16-row groups: 8 int and 8 float row-lane accumulators."""
-    x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
-    a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
-    e0, e1, e2, e3 = fzero16(), fzero16(), fzero16(), fzero16()
-    for b in range(xd.shape[1]):
-        c0, c1 = ibcast16(-zero * xsum[i, b]), ibcast16(-zero * xsum[i + 1, b])
-        c2, c3 = ibcast16(-zero * xsum[i + 2, b]), ibcast16(-zero * xsum[i + 3, b])
-        f0, f1, f2, f3 = c0, c1, c2, c3
-        for j in range(8):
-            wo, xo = (b * 8 + j) * GROUP, b * QK + 4 * j
-            c0, c1 = bdot16(c0, qt, wo, x0, xo), bdot16(c1, qt, wo, x1, xo)
-            c2, c3 = bdot16(c2, qt, wo, x2, xo), bdot16(c3, qt, wo, x3, xo)
-            wo += 64
-            f0, f1 = bdot16(f0, qt, wo, x0, xo), bdot16(f1, qt, wo, x1, xo)
-            f2, f3 = bdot16(f2, qt, wo, x2, xo), bdot16(f3, qt, wo, x3, xo)
-        t = b * CHUNK
-        a0, a1 = fma16(a0, c0, ds, t, xd[i, b]), fma16(a1, c1, ds, t, xd[i + 1, b])
-        a2, a3 = fma16(a2, c2, ds, t, xd[i + 2, b]), fma16(a3, c3, ds, t, xd[i + 3, b])
-        t += 16
-        e0, e1 = fma16(e0, f0, ds, t, xd[i, b]), fma16(e1, f1, ds, t, xd[i + 1, b])
-        e2, e3 = fma16(e2, f2, ds, t, xd[i + 2, b]), fma16(e3, f3, ds, t, xd[i + 3, b])
-    for k, (a, e) in enumerate(((a0, e0), (a1, e1), (a2, e2), (a3, e3))):
-        put_rows(out[i + k], r0, 0, a, nr, tmp)
-        put_rows(out[i + k], r0, 16, e, nr, tmp)
+def _start(zero, xsum, eight):
+    """A block's dot before its words: Q8_0's `qstart16`, or empty pair sums (Q4_0, whose −z·Σxq `_end`
+    adds)."""
+    return qstart16(zero, xsum) if eight else izero16()
 
 
 @inline
-def _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp):
-    """`_four` for the single vector i."""
+def _dot(c, qt, wo, x, xo, eight):
+    """c advanced by one 4-quant group of 16 rows: Q8_0's `qdot16`, or Q4_0's int16 pair sums (a block's 8
+    groups of nibbles stay in range: pair_words(4) = 8)."""
+    w = wload16(qt, wo)
+    return qdot16(c, w, x, xo) if eight else pdot16(c, w, x, xo)
+
+
+@inline
+def _end(c, zero, xsum, eight):
+    """A block's exact D_b = Σ q·xq − z·Σxq in int32 lanes from what its groups accumulated."""
+    return c if eight else pmac16(ibcast16(-zero * xsum), c, ibcast16(1))
+
+
+@inline
+def _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight):
+    """Vectors i..i+3 against the task's 16-row groups, one at a time: 4 int and 4 float row-lane
+    accumulators (both groups at once spill on AVX2, two registers a 16-lane value)."""
+    x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
+    for h in range(2):
+        a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
+        for b in range(xd.shape[1]):
+            s0, s1, s2, s3 = xsum[i, b], xsum[i + 1, b], xsum[i + 2, b], xsum[i + 3, b]
+            c0, c1 = _start(zero, s0, eight), _start(zero, s1, eight)
+            c2, c3 = _start(zero, s2, eight), _start(zero, s3, eight)
+            for j in range(8):
+                wo, xo = (b * 8 + j) * GROUP + 64 * h, b * QK + 4 * j
+                c0, c1 = _dot(c0, qt, wo, x0, xo, eight), _dot(c1, qt, wo, x1, xo, eight)
+                c2, c3 = _dot(c2, qt, wo, x2, xo, eight), _dot(c3, qt, wo, x3, xo, eight)
+            t = b * CHUNK + 16 * h
+            a0 = fma16(a0, _end(c0, zero, s0, eight), ds, t, xd[i, b])
+            a1 = fma16(a1, _end(c1, zero, s1, eight), ds, t, xd[i + 1, b])
+            a2 = fma16(a2, _end(c2, zero, s2, eight), ds, t, xd[i + 2, b])
+            a3 = fma16(a3, _end(c3, zero, s3, eight), ds, t, xd[i + 3, b])
+        for k, a in enumerate((a0, a1, a2, a3)):
+            put_rows(out[i + k], r0, 16 * h, a, nr, tmp)
+
+
+@inline
+def _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight):
+    """`_four` for the single vector i, both row groups at once."""
     x0, a0, e0 = xq[i], fzero16(), fzero16()  # [cols] int8 bytes
     for b in range(xd.shape[1]):
-        c0 = ibcast16(-zero * xsum[i, b])
-        f0 = c0
+        s0 = xsum[i, b]
+        c0, f0 = _start(zero, s0, eight), _start(zero, s0, eight)
         for j in range(8):
             wo, xo = (b * 8 + j) * GROUP, b * QK + 4 * j
-            c0, f0 = bdot16(c0, qt, wo, x0, xo), bdot16(f0, qt, wo + 64, x0, xo)
-        a0, e0 = fma16(a0, c0, ds, b * CHUNK, xd[i, b]), fma16(e0, f0, ds, b * CHUNK + 16, xd[i, b])
+            c0, f0 = _dot(c0, qt, wo, x0, xo, eight), _dot(f0, qt, wo + 64, x0, xo, eight)
+        a0 = fma16(a0, _end(c0, zero, s0, eight), ds, b * CHUNK, xd[i, b])
+        e0 = fma16(e0, _end(f0, zero, s0, eight), ds, b * CHUNK + 16, xd[i, b])
     put_rows(out[i], r0, 0, a0, nr, tmp)
     put_rows(out[i], r0, 16, e0, nr, tmp)
 
@@ -132,11 +152,12 @@ def _task(raw, xq, xd, xsum, out, zero, nbytes, c, ahead, qt, ds, tmp):
         qt[:] = 0  # a ragged task's spare rows: zero quants and scales, their lanes never stored
         ds[:] = 0.0
     qt32 = qt.view(np.uint32)  # [nb * 8 * CHUNK] the same bytes as 4-quant words
-    _unpack(raw, r0, nr, qt32, ds, nbytes == Q8_0_BYTES, nbytes, ahead)
+    eight = nbytes == Q8_0_BYTES
+    _unpack(raw, r0, nr, qt32, ds, eight, nbytes, ahead)
     for i in range(0, n - n % 4, 4):
-        _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp)
+        _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight)
     for i in range(n - n % 4, n):
-        _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp)
+        _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight)
 
 
 @inline

@@ -126,7 +126,8 @@ def pass1(sub, step, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
                     wo = (xo // 4) * GROUP
                     c0, f0 = pdot16(c0, wload16(qt, wo), x0, xo), pdot16(f0, wload16(qt, wo + 64), x0, xo)
                 i0, j0 = pmac16(i0, c0, sv), pmac16(j0, f0, sw)
-        a0, e0 = _end(a0, i0, mnt, dt, dmt, bs16[i], xd[i, b], b, 0), _end(e0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b, 1)
+        a0 = _end(a0, i0, mnt, dt, dmt, bs16[i], xd[i, b], b, 0)
+        e0 = _end(e0, j0, mnt, dt, dmt, bs16[i], xd[i, b], b, 1)
     put_rows(out[i], r0, 0, a0, nr, tmp)
     put_rows(out[i], r0, 16, e0, nr, tmp)
 

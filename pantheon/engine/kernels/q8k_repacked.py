@@ -8,8 +8,9 @@ activation sums per 32 (AVX2 hosts: vpmaddubsw pair sums added in int16 over a r
 vpmaddwd by the scales, kernels.vnni.pairs), and each super-block ends with q8k_lanes' two fmas:
 acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc). The mins' sums come from vpdpwssd
 (two scale·Σxq products per lane), and on VNNI hosts Q6_K passes eight vectors at once, each 6-bit word
-assembled once for the eight (AVX2 hosts tile Q6_K batches from 2 vectors, TILED_FROM6_AVX2). The same integers and float operations as the zero-copy kernels, so results are bit-equal
-to them at every batch size. From TILED_FROM vectors on (Q6_K on AVX2: from 2), tasks go through
+assembled once for the eight (AVX2 hosts tile Q6_K batches from 2 vectors, TILED_FROM6_AVX2). The same
+integers and float operations as the zero-copy kernels, so results are bit-equal to them at every batch
+size. From TILED_FROM vectors on (Q6_K on AVX2: from 2), tasks go through
 q8k_repacked_tiles instead; the layout's offsets are in q8k_repacked_layout.
 """
 

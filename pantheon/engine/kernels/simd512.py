@@ -15,13 +15,14 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from pantheon.engine.kernels.simd import F32X8, I32X8, Vec, _splat
-from pantheon.engine.kernels.vnni import dpbusd, dpwssd
+from pantheon.engine.kernels.vnni import dpwssd
 
 _I8, _I32, _F32 = ir.IntType(8), ir.IntType(32), ir.FloatType()
 _V16I, _V16F, _V64B = ir.VectorType(_I32, 16), ir.VectorType(_F32, 16), ir.VectorType(_I8, 64)
 _V8I, _V8F = ir.VectorType(_I32, 8), ir.VectorType(_F32, 8)
 I32X16, F32X16 = Vec("i32", 16), Vec("f32", 16)
-# 16 quant words of any bytes (Q8_0's q + 128), for `vdot16`'s form exact on them; I32X16 words are below 128.
+# 16 quant words of any bytes (Q8_0's q + 128), for `simd_lanes.qdot16`'s form exact on them; I32X16 words
+# are below 128.
 U32X16 = Vec("u32", 16)
 
 
@@ -55,18 +56,6 @@ def ibcast16(typingctx, v):
     def codegen(context, builder, sig, args):
         return _splat(builder, _as_i32(builder, args[0]), _V16I)
     return I32X16(v), codegen
-
-
-@intrinsic
-def bdot16(typingctx, acc, w, woff, x, xoff):
-    """acc + vpdpbusd(64 row-interleaved quant bytes at w[woff:], the 4 activation bytes at x[xoff:] in
-    every lane): each of 16 rows advances by 4 quants (an int8 w: bytes of any value, `wide_bytes`)."""
-    def codegen(context, builder, sig, args):
-        wv = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], _V64B), align=1)
-        xw = builder.load(_ptr(context, builder, sig.args[3], args[3], args[4], _I32), align=1)
-        xv = builder.bitcast(_splat(builder, xw, _V16I), _V64B)
-        return dpbusd(builder, args[0], wv, xv, wide_bytes(sig.args[1]))
-    return I32X16(acc, w, woff, x, xoff), codegen
 
 
 def _fma_rows(builder, acc, dots, d, xd, vf, negate=False):
