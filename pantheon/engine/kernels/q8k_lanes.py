@@ -133,7 +133,7 @@ def pass1(sub, step, qt, svt, mnt, dt, dmt, xq, xd, bs16, i, out, r0, nr, tmp):
 
 
 @inline
-def bits_of(kind):
+def _bits(kind):
     """The bits below which `kind`'s common-form quants lie, as pwords16 takes them (Q2_K's and Q3_K's
     within 4's bound)."""
     return 6 if kind == Q6_K else (5 if kind == Q5_K else 4)
@@ -177,6 +177,7 @@ def _work(kind, sub, w, workers, raw, xq, xd, bs16, out):
     qt32 = np.empty(cols // 4 * CHUNK, np.uint32)  # [cols/4, CHUNK] interleaved quant words
     tmp = np.empty(16, np.float32)  # [16] one ragged row group
     qt, svf, mnf, dtf, dmf = qt32.view(np.uint8), svt.ravel(), mnt.ravel(), dt.ravel(), dmt.ravel()
+    step = pwords16(_bits(kind))
     for c in range(w, tasks, workers):
         r0 = c * CHUNK
         nr = min(rows, r0 + CHUNK) - r0
@@ -184,7 +185,6 @@ def _work(kind, sub, w, workers, raw, xq, xd, bs16, out):
             _unpack_q4_k(raw, r0, qt32, svt, mnt, dt, dmt)
         else:
             _unpack_any(kind, raw, r0, nr, q, qt32, svt, mnt, dt, dmt)
-        step = pwords16(bits_of(kind))
         for i in range(0, n - n % 4, 4):
             pass4(sub, step, qt, svf, mnf, dtf, dmf, xq, xd, bs16, i, out, r0, nr, tmp)
         for i in range(n - n % 4, n):
