@@ -14,11 +14,11 @@ import numpy as np
 from numba import prange
 
 from pantheon.engine.kernels.jit import exact, exact_serial, inline
-from pantheon.engine.kernels.q8dot_tiles import put_rows
+from pantheon.engine.kernels.q8dot_tiles import block_end, block_start, put_rows
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd import prefetch_l2
-from pantheon.engine.kernels.simd512 import ibcast16, izero16, store16
-from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, pdot16, pmac16, qdot16, qstart16, wload16
+from pantheon.engine.kernels.simd512 import store16
+from pantheon.engine.kernels.simd_lanes import fload16, fma16h, hi16, lo16, pdot16, qdot16, wload16
 from pantheon.engine.kernels.steal import claim, counters, run_of
 
 QK = 32
@@ -32,7 +32,7 @@ SPAN = 8
 @inline
 def _word4(c0, c1, c2, c3, w, x0, x1, x2, x3, xo, nibbles):
     """Four vectors' dots advanced by one quant word of 16 rows. Q4_0 (`nibbles`: two groups) adds pair
-    sums (kernels.vnni.pairs) that `_end` widens; a block's 8 groups of nibbles stay in int16 range
+    sums (kernels.vnni.pairs) that `block_end` widens; a block's 8 groups of nibbles stay in int16 range
     (pair_words(4) = 8), so on AVX2 a word costs vpmaddubsw + vpaddw instead of an emulated vpdpbusd."""
     if nibbles:
         lo, hi = lo16(w), hi16(w)
@@ -48,19 +48,6 @@ def _word1(c, w, x, xo, nibbles):
     if nibbles:
         return pdot16(pdot16(c, lo16(w), x, xo), hi16(w), x, xo + 16)
     return qdot16(c, w, x, xo)
-
-
-@inline
-def _start(zero, xsum, nibbles):
-    """A block's dot before its words: Q8_0's `qstart16` (−z·Σxq in int32 lanes after VNNI, 0 on AVX2), or
-    empty pair sums (Q4_0, whose −z·Σxq `_end` adds)."""
-    return izero16() if nibbles else qstart16(zero, xsum)
-
-
-@inline
-def _end(c, zero, xsum, nibbles):
-    """A block's exact D_b = Σ q·xq − z·Σxq in int32 lanes from what its words accumulated."""
-    return pmac16(ibcast16(-zero * xsum), c, ibcast16(1)) if nibbles else c
 
 
 @inline
@@ -86,13 +73,13 @@ def _four(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead):
         stream_ahead(row, o, gb, i == 0, ahead)
         s0, s1, s2, s3 = xsum[i, b], xsum[k1, b], xsum[k2, b], xsum[k3, b]
         for h in range(2):
-            c0, c1 = _start(zero, s0, nibbles), _start(zero, s1, nibbles)
-            c2, c3 = _start(zero, s2, nibbles), _start(zero, s3, nibbles)
+            c0, c1 = block_start(zero, s0, nibbles), block_start(zero, s1, nibbles)
+            c2, c3 = block_start(zero, s2, nibbles), block_start(zero, s3, nibbles)
             for w in range(words):
                 c0, c1, c2, c3 = _word4(c0, c1, c2, c3, wload16(row, o + w * WORD + h * HALF), x0, x1, x2, x3,
                                         b * QK + 4 * w, nibbles)
-            c0, c1 = _end(c0, zero, s0, nibbles), _end(c1, zero, s1, nibbles)
-            c2, c3 = _end(c2, zero, s2, nibbles), _end(c3, zero, s3, nibbles)
+            c0, c1 = block_end(c0, zero, s0, nibbles), block_end(c1, zero, s1, nibbles)
+            c2, c3 = block_end(c2, zero, s2, nibbles), block_end(c3, zero, s3, nibbles)
             dq, lane = o + words * WORD + h * (HALF // 2), 16 * h
             for k, (c, xdk) in enumerate(((c0, xd[i, b]), (c1, xd[k1, b]), (c2, xd[k2, b]), (c3, xd[k3, b]))):
                 at = 32 * (i + k) + lane
@@ -107,13 +94,13 @@ def _one(p, t, words, xq, xd, xsum, i, zero, b0, b1, acc, ahead):
     for b in range(b0, b1):
         o = b * gb
         stream_ahead(row, o, gb, i == 0, ahead)
-        c0 = _start(zero, xsum[i, b], nibbles)
+        c0 = block_start(zero, xsum[i, b], nibbles)
         f0 = c0
         for w in range(words):
             xo = b * QK + 4 * w
             c0 = _word1(c0, wload16(row, o + w * WORD), x0, xo, nibbles)
             f0 = _word1(f0, wload16(row, o + w * WORD + HALF), x0, xo, nibbles)
-        c0, f0 = _end(c0, zero, xsum[i, b], nibbles), _end(f0, zero, xsum[i, b], nibbles)
+        c0, f0 = block_end(c0, zero, xsum[i, b], nibbles), block_end(f0, zero, xsum[i, b], nibbles)
         dq = o + words * WORD
         a0, e0 = fma16h(a0, c0, row, dq, xd[i, b]), fma16h(e0, f0, row, dq + HALF // 2, xd[i, b])
     store16(acc, 32 * i, a0)

@@ -82,28 +82,28 @@ def put_rows(outi, r0, lo, acc, nr, tmp):
 
 
 @inline
-def _start(zero, xsum, eight):
-    """A block's dot before its words: Q8_0's `qstart16`, or empty pair sums (Q4_0, whose −z·Σxq `_end`
-    adds)."""
-    return qstart16(zero, xsum) if eight else izero16()
+def block_start(zero, xsum, nibbles):
+    """A block's dot before its words: Q8_0's `qstart16` (−z·Σxq in int32 lanes after VNNI, 0 on AVX2), or
+    empty pair sums (Q4_0, whose −z·Σxq `block_end` adds)."""
+    return izero16() if nibbles else qstart16(zero, xsum)
 
 
 @inline
-def _dot(c, qt, wo, x, xo, eight):
+def _dot(c, qt, wo, x, xo, nibbles):
     """c advanced by one 4-quant group of 16 rows: Q8_0's `qdot16`, or Q4_0's int16 pair sums (a block's 8
     groups of nibbles stay in range: pair_words(4) = 8)."""
     w = wload16(qt, wo)
-    return qdot16(c, w, x, xo) if eight else pdot16(c, w, x, xo)
+    return pdot16(c, w, x, xo) if nibbles else qdot16(c, w, x, xo)
 
 
 @inline
-def _end(c, zero, xsum, eight):
-    """A block's exact D_b = Σ q·xq − z·Σxq in int32 lanes from what its groups accumulated."""
-    return c if eight else pmac16(ibcast16(-zero * xsum), c, ibcast16(1))
+def block_end(c, zero, xsum, nibbles):
+    """A block's exact D_b = Σ q·xq − z·Σxq in int32 lanes from what its words accumulated."""
+    return pmac16(ibcast16(-zero * xsum), c, ibcast16(1)) if nibbles else c
 
 
 @inline
-def _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight):
+def _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, nibbles):
     """Vectors i..i+3 against the task's 16-row groups, one at a time: 4 int and 4 float row-lane
     accumulators (both groups at once spill on AVX2, two registers a 16-lane value)."""
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
@@ -111,33 +111,33 @@ def _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight):
         a0, a1, a2, a3 = fzero16(), fzero16(), fzero16(), fzero16()
         for b in range(xd.shape[1]):
             s0, s1, s2, s3 = xsum[i, b], xsum[i + 1, b], xsum[i + 2, b], xsum[i + 3, b]
-            c0, c1 = _start(zero, s0, eight), _start(zero, s1, eight)
-            c2, c3 = _start(zero, s2, eight), _start(zero, s3, eight)
+            c0, c1 = block_start(zero, s0, nibbles), block_start(zero, s1, nibbles)
+            c2, c3 = block_start(zero, s2, nibbles), block_start(zero, s3, nibbles)
             for j in range(8):
                 wo, xo = (b * 8 + j) * GROUP + 64 * h, b * QK + 4 * j
-                c0, c1 = _dot(c0, qt, wo, x0, xo, eight), _dot(c1, qt, wo, x1, xo, eight)
-                c2, c3 = _dot(c2, qt, wo, x2, xo, eight), _dot(c3, qt, wo, x3, xo, eight)
+                c0, c1 = _dot(c0, qt, wo, x0, xo, nibbles), _dot(c1, qt, wo, x1, xo, nibbles)
+                c2, c3 = _dot(c2, qt, wo, x2, xo, nibbles), _dot(c3, qt, wo, x3, xo, nibbles)
             t = b * CHUNK + 16 * h
-            a0 = fma16(a0, _end(c0, zero, s0, eight), ds, t, xd[i, b])
-            a1 = fma16(a1, _end(c1, zero, s1, eight), ds, t, xd[i + 1, b])
-            a2 = fma16(a2, _end(c2, zero, s2, eight), ds, t, xd[i + 2, b])
-            a3 = fma16(a3, _end(c3, zero, s3, eight), ds, t, xd[i + 3, b])
+            a0 = fma16(a0, block_end(c0, zero, s0, nibbles), ds, t, xd[i, b])
+            a1 = fma16(a1, block_end(c1, zero, s1, nibbles), ds, t, xd[i + 1, b])
+            a2 = fma16(a2, block_end(c2, zero, s2, nibbles), ds, t, xd[i + 2, b])
+            a3 = fma16(a3, block_end(c3, zero, s3, nibbles), ds, t, xd[i + 3, b])
         for k, a in enumerate((a0, a1, a2, a3)):
             put_rows(out[i + k], r0, 16 * h, a, nr, tmp)
 
 
 @inline
-def _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight):
+def _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, nibbles):
     """`_four` for the single vector i, both row groups at once."""
     x0, a0, e0 = xq[i], fzero16(), fzero16()  # [cols] int8 bytes
     for b in range(xd.shape[1]):
         s0 = xsum[i, b]
-        c0, f0 = _start(zero, s0, eight), _start(zero, s0, eight)
+        c0, f0 = block_start(zero, s0, nibbles), block_start(zero, s0, nibbles)
         for j in range(8):
             wo, xo = (b * 8 + j) * GROUP, b * QK + 4 * j
-            c0, f0 = _dot(c0, qt, wo, x0, xo, eight), _dot(f0, qt, wo + 64, x0, xo, eight)
-        a0 = fma16(a0, _end(c0, zero, s0, eight), ds, b * CHUNK, xd[i, b])
-        e0 = fma16(e0, _end(f0, zero, s0, eight), ds, b * CHUNK + 16, xd[i, b])
+            c0, f0 = _dot(c0, qt, wo, x0, xo, nibbles), _dot(f0, qt, wo + 64, x0, xo, nibbles)
+        a0 = fma16(a0, block_end(c0, zero, s0, nibbles), ds, b * CHUNK, xd[i, b])
+        e0 = fma16(e0, block_end(f0, zero, s0, nibbles), ds, b * CHUNK + 16, xd[i, b])
     put_rows(out[i], r0, 0, a0, nr, tmp)
     put_rows(out[i], r0, 16, e0, nr, tmp)
 
@@ -152,12 +152,12 @@ def _task(raw, xq, xd, xsum, out, zero, nbytes, c, ahead, qt, ds, tmp):
         qt[:] = 0  # a ragged task's spare rows: zero quants and scales, their lanes never stored
         ds[:] = 0.0
     qt32 = qt.view(np.uint32)  # [nb * 8 * CHUNK] the same bytes as 4-quant words
-    eight = nbytes == Q8_0_BYTES
-    _unpack(raw, r0, nr, qt32, ds, eight, nbytes, ahead)
+    nibbles = nbytes == Q4_0_BYTES
+    _unpack(raw, r0, nr, qt32, ds, not nibbles, nbytes, ahead)
     for i in range(0, n - n % 4, 4):
-        _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight)
+        _four(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, nibbles)
     for i in range(n - n % 4, n):
-        _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, eight)
+        _one(qt, ds, xq, xd, xsum, i, zero, out, r0, nr, tmp, nibbles)
 
 
 @inline
