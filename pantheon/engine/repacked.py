@@ -41,7 +41,7 @@ from pantheon.engine.weights import Stack
 log = logging.getLogger(__name__)
 
 MAGIC = b"PNTHRPK1"
-VERSION = 8  # of the layouts in kernels.repack and the stacks: part of every key
+VERSION = 9  # of the layouts in kernels.repack and the stacks: part of every key
 ALIGN = 4096
 # Rows packed at a time while writing (a multiple of the task's 32): the scratch of a vocabulary-sized
 # matrix stays a few MiB.

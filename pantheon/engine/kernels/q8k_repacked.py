@@ -1,7 +1,7 @@
 """Q4_K / Q5_K / Q6_K products on repacked weights (kernels.repack) with Q8_K activations: every batch size.
 
-A task's super-block holds its 32 rows' nibble words row-interleaved, their scales and mins one byte
-per row, then d and dmin. Per 16 rows and 4 vectors: one 64-byte load gives a quant word of 16 rows,
+A task's super-block holds its 32 rows' nibble words row-interleaved, their packed scale bytes (decoded
+to one byte per row and scale once per super-block, simd_lanes.k4_planes), then d and dmin. Per 16 rows and 4 vectors: one 64-byte load gives a quant word of 16 rows,
 split into its low nibbles (sub-block 2p) and high ones (2p + 1), each one vpdpbusd per vector; a
 sub-block pair's exact dots are multiplied by the rows' scales (vpmulld), the mins by the vectors'
 activation sums per 32 (AVX2 hosts: vpmaddubsw pair sums added in int16 over a run of words, then one
@@ -21,13 +21,13 @@ from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8dot_tiles import put_rows
-from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5_BYTES, SC, SC6, WORD, quants,
+from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, SC, SC6, WORD, qs_at, quants,
                                                          word6, words6)
 from pantheon.engine.kernels.q8k_repacked_tiles import tiled
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, imacs16, pdot16, pmac16,
-                                                pwords16, sbload16, six16, six_top16, spair16, wdot16, wload16)
+from pantheon.engine.kernels.simd_lanes import (bload16, dup16, fload16, fma16h, fnma16h, imacs16, k4_planes, pdot16,
+                                                pmac16, pwords16, sbload16, six16, six_top16, spair16, wdot16, wload16)
 from pantheon.engine.kernels.steal import claim, counters, run_of
 
 # From this many vectors on (prefill), a task is unpacked once into q8k_lanes' tile of 8-bit quants and
@@ -50,19 +50,19 @@ def _finish(acc, at, isum, msum, row, o, g, xd):
 
 
 @inline
-def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
-    """Vectors i..i+3 against rows 16g..16g+15 of task t over super-block b (Q5_K when `five`)."""
+def _four(five, p, t, g, xq, xd, bs16, i, b, acc, ks):
+    """Vectors i..i+3 against rows 16g..16g+15 of task t over super-block b (Q5_K when `five`; ks: its
+    scales and mins decoded, simd_lanes.k4_planes)."""
     row, o, h = p[t], b * (GB5 if five else GB), 64 * g
-    f = o + (QH5_BYTES if five else 0)  # where the scales, mins, d and dmin start, less SC
     x0, x1, x2, x3 = xq[i], xq[i + 1], xq[i + 2], xq[i + 3]  # [cols] int8 bytes each
     i0, i1, i2, i3, step = izero16(), izero16(), izero16(), izero16(), pwords16(5 if five else 4)
     for pr in range(4):
-        s0, s1 = bload16(row, f + SC + 2 * pr * ROWS + 16 * g), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16 * g)
+        s0, s1 = bload16(ks, 2 * pr * ROWS + 16 * g), bload16(ks, (2 * pr + 1) * ROWS + 16 * g)
         for w0 in range(0, 8, step):
             c0, c1, c2, c3 = izero16(), izero16(), izero16(), izero16()
             f0, f1, f2, f3 = izero16(), izero16(), izero16(), izero16()
             for w in range(w0, w0 + step):
-                lo, hi = quants(five, row, o, o + (pr * 8 + w) * WORD + h, h, pr, w)
+                lo, hi = quants(five, row, o, o + qs_at(five) + (pr * 8 + w) * WORD + h, h, pr, w)
                 xo = b * QK_K + 64 * pr + 4 * w
                 c0, c1 = pdot16(c0, lo, x0, xo), pdot16(c1, lo, x1, xo)
                 c2, c3 = pdot16(c2, lo, x2, xo), pdot16(c3, lo, x3, xo)
@@ -73,11 +73,11 @@ def _four(five, p, t, g, xq, xd, bs16, i, b, acc):
             i2, i3 = pmac16(pmac16(i2, c2, s0), f2, s1), pmac16(pmac16(i3, c3, s0), f3, s1)
     m0, m1, m2, m3 = izero16(), izero16(), izero16(), izero16()
     for j in range(8):
-        mn, at = dup16(bload16(row, f + MN + j * ROWS + 16 * g)), 16 * b + 2 * j
+        mn, at = dup16(bload16(ks, MN + j * ROWS + 16 * g)), 16 * b + 2 * j
         m0, m1 = wdot16(m0, mn, bs16[i], at), wdot16(m1, mn, bs16[i + 1], at)
         m2, m3 = wdot16(m2, mn, bs16[i + 2], at), wdot16(m3, mn, bs16[i + 3], at)
     for k, (isum, msum) in enumerate(((i0, m0), (i1, m1), (i2, m2), (i3, m3))):
-        _finish(acc, 32 * (i + k) + 16 * g, isum, msum, row, f, g, xd[i + k, b])
+        _finish(acc, 32 * (i + k) + 16 * g, isum, msum, row, o, g, xd[i + k, b])
 
 
 @inline
@@ -88,36 +88,36 @@ def _scaled8(s, sg, a):
 
 
 @inline
-def _end1(acc, i, g, isum, row, f, bs16, b, xd):
-    """Vector i's mins over super-block b (f: where its fields start, less SC) and its two fmas."""
+def _end1(acc, i, g, isum, row, o, ks, bs16, b, xd):
+    """Vector i's mins over super-block b (at o; ks: its decoded mins) and its two fmas."""
     m0 = izero16()
     for j in range(8):
-        m0 = wdot16(m0, dup16(bload16(row, f + MN + j * ROWS + 16 * g)), bs16[i], 16 * b + 2 * j)
-    _finish(acc, 32 * i + 16 * g, isum, m0, row, f, g, xd[i, b])
+        m0 = wdot16(m0, dup16(bload16(ks, MN + j * ROWS + 16 * g)), bs16[i], 16 * b + 2 * j)
+    _finish(acc, 32 * i + 16 * g, isum, m0, row, o, g, xd[i, b])
 
 
 @inline
-def _one2(five, p, t, xq, xd, bs16, i, b, acc):
+def _one2(five, p, t, xq, xd, bs16, i, b, acc, ks):
     """`_four` for the single vector i (Q5_K when `five`), both 16-row groups at once: each 128-byte quant
     word of the 32 rows read whole and in order, which the hardware prefetcher follows (Q5_K's qh words,
     a second stream on the first pair and in L1 for the other three, get kernels.stream's prefetch)."""
     row, o, x0, i0, i1 = p[t], b * (GB5 if five else GB), xq[i], izero16(), izero16()
-    f, step = o + (QH5_BYTES if five else 0), pwords16(5 if five else 4)  # f: the scales, mins, d, dmin less SC
+    step = pwords16(5 if five else 4)
     for pr in range(4):
-        s0, s1 = bload16(row, f + SC + 2 * pr * ROWS), bload16(row, f + SC + (2 * pr + 1) * ROWS)
-        t0, t1 = bload16(row, f + SC + 2 * pr * ROWS + 16), bload16(row, f + SC + (2 * pr + 1) * ROWS + 16)
+        s0, s1 = bload16(ks, 2 * pr * ROWS), bload16(ks, (2 * pr + 1) * ROWS)
+        t0, t1 = bload16(ks, 2 * pr * ROWS + 16), bload16(ks, (2 * pr + 1) * ROWS + 16)
         for w0 in range(0, 8, step):
             c0, f0, c1, f1 = izero16(), izero16(), izero16(), izero16()
             for w in range(w0, w0 + step):
-                at = o + (pr * 8 + w) * WORD
+                at = o + qs_at(five) + (pr * 8 + w) * WORD
                 lo, hi = quants(five, row, o, at, 0, pr, w)
                 lo1, hi1 = quants(five, row, o, at + 64, 64, pr, w)
                 xo = b * QK_K + 64 * pr + 4 * w
                 c0, f0 = pdot16(c0, lo, x0, xo), pdot16(f0, hi, x0, xo + 32)
                 c1, f1 = pdot16(c1, lo1, x0, xo), pdot16(f1, hi1, x0, xo + 32)
             i0, i1 = pmac16(pmac16(i0, c0, s0), f0, s1), pmac16(pmac16(i1, c1, t0), f1, t1)
-    _end1(acc, i, 0, i0, row, f, bs16, b, xd)
-    _end1(acc, i, 1, i1, row, f, bs16, b, xd)
+    _end1(acc, i, 0, i0, row, o, ks, bs16, b, xd)
+    _end1(acc, i, 1, i1, row, o, ks, bs16, b, xd)
 
 
 @inline
@@ -266,18 +266,20 @@ def _one6x2(p, t, xq, xd, bs16, i, b, acc):
 
 
 @inline
-def _passes45(five, p, t, xq, xd, bs16, acc, ahead):
+def _passes45(five, p, t, xq, xd, bs16, acc, ks, ahead):
     """Task t's Q4_K (Q5_K when `five`) rows against every vector into acc, super-block by super-block
-    (each in L1 while every vector passes it), the task's stream from memory prefetched on the first pass."""
+    (each in L1 while every vector passes it, its scales and mins decoded once into ks), the task's stream
+    from memory prefetched on the first pass."""
     n, gb = xq.shape[0], GB5 if five else GB
     acc[:] = 0.0
     for b in range(xd.shape[1]):
         stream_ahead(p[t], b * gb, gb, True, ahead)
+        k4_planes(p[t], b * gb + SC, ks)
         for i in range(n - n % 4, n):
-            _one2(five, p, t, xq, xd, bs16, i, b, acc)
+            _one2(five, p, t, xq, xd, bs16, i, b, acc, ks)
         for g in range(2):
             for i in range(0, n - n % 4, 4):
-                _four(five, p, t, g, xq, xd, bs16, i, b, acc)
+                _four(five, p, t, g, xq, xd, bs16, i, b, acc, ks)
 
 
 @inline
@@ -313,11 +315,12 @@ def _tiled_from6():
 
 @inline
 def _scratch(n, cols, m):
-    """A worker's arrays: row-lane accumulators, a ragged row group, Q6_K's scale pairs and, when `m` (the
-    batch is tiled), q8k_lanes' tile of a task (quant words, scales, mins, d, dmin in row lanes)."""
+    """A worker's arrays: row-lane accumulators, a ragged row group, Q6_K's scale pairs or Q4_K's decoded
+    scales and mins and, when `m` (the batch is tiled), q8k_lanes' tile of a task (quant words, scales,
+    mins, d, dmin in row lanes)."""
     return (np.empty(n * ROWS, np.float32),  # [n, 32] row-lane accumulators of the task
             np.empty(16, np.float32),  # [16] one ragged row group
-            np.empty(8 * 64, np.uint8),  # [8, 16] Q6_K scale pairs of 16 rows, int16 each
+            np.empty(8 * 64, np.uint8),  # [8, 16] Q6_K scale pairs of 16 rows, int16 each; Q4_K: [16, 32] bytes
             np.empty(cols // 4 * ROWS if m else 0, np.uint32),  # [cols/4, 32] quant words
             np.empty(cols // 16 * ROWS if m else 0, np.int32),  # [cols/16, 32] scales in row lanes
             np.empty(cols // 16 * ROWS if m else 0, np.int32),  # [cols/16, 32] mins in row lanes
@@ -339,9 +342,9 @@ def _work45(five, wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
         taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
         while t >= 0:
             if tile:
-                tiled(5 if five else 4, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
+                tiled(5 if five else 4, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, scr, ahead)
             else:
-                _passes45(five, p, t, xq, xd, bs16, acc, ahead)
+                _passes45(five, p, t, xq, xd, bs16, acc, scr, ahead)
                 _put(t, rows, out, acc, tmp)
             taken += 1
             t = claim(cnt, s, j == 0, lo, hi, taken)
@@ -373,7 +376,7 @@ def _worker6(wk, workers, cnt, p, rows, xq, xd, bs16, out, ahead):
         taken, t = 0, claim(cnt, s, j == 0, lo, hi, 0)
         while t >= 0:
             if tile:
-                tiled(6, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead)
+                tiled(6, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, scr, ahead)
             else:
                 _passes6(p, t, xq, xd, bs16, acc, scr, ahead)
                 _put(t, rows, out, acc, tmp)

@@ -7,15 +7,25 @@ from pantheon.engine.kernels.jit import inline
 from pantheon.engine.kernels.repack import LAYOUTS, ROWS
 from pantheon.engine.kernels.simd_lanes import hi16, lo16, or16, qbit16, wload16
 
-# Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K (Q5_K: its qh words at
-# QH5, then Q4_K's fields QH5_BYTES later), then Q6_K.
+# Bytes of one super-block of a task's 32 rows, and where its fields start: Q4_K (SC: the file's 12
+# packed scale bytes as planes; QS: the quant words), Q5_K (its qh words at QH5, its quant words QH5_BYTES
+# later): scales, d and dmin first, so a pass reads a super-block in address order; then Q6_K (quant
+# words first: its passes read each quarter's scales after its words).
 GB, GB5 = LAYOUTS[T.Q4_K][2] * ROWS, LAYOUTS[T.Q5_K][2] * ROWS
-SC, MN, D, DM = 4096, 4096 + 8 * ROWS, 4096 + 16 * ROWS, 4096 + 16 * ROWS + 2 * ROWS
-QH5, QH5_BYTES = 4096, 8 * 4 * ROWS
+SC, D, DM, QS = 0, 12 * ROWS, 14 * ROWS, 16 * ROWS
+QH5, QH5_BYTES = QS, 8 * 4 * ROWS
+# Where simd_lanes.k4_planes puts a super-block's decoded mins (its scales from 0), one byte per row.
+MN = 8 * ROWS
 GB6 = LAYOUTS[T.Q6_K][2] * ROWS
 SC6, D6 = 6144, 6144 + 16 * ROWS
 # Bytes of one quant word of all 32 rows.
 WORD = 4 * ROWS
+
+
+@inline
+def qs_at(five):
+    """Where a Q4_K (Q5_K when `five`) super-block's quant words start."""
+    return QS + (QH5_BYTES if five else 0)
 
 
 @inline

@@ -6,11 +6,12 @@ import numpy as np
 from pantheon.engine.kernels.jit import inline
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8k_lanes import pass1, pass4
-from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, QH5_BYTES, SC, SC6, WORD,
+from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, SC, SC6, WORD, qs_at,
                                                          quants, words6)
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
-from pantheon.engine.kernels.simd_lanes import bload16, hload16, imacs16, pwords16, sbload16, six16, six_top16
+from pantheon.engine.kernels.simd_lanes import (bload16, hload16, imacs16, k4_planes, pwords16, sbload16, six16,
+                                                six_top16)
 
 
 @inline
@@ -36,37 +37,40 @@ def _unpack6(row, o, g, b, qt32, sv, mn, dt, dm):
 
 
 @inline
-def _unpack45(five, row, o, g, b, qt32, sv, mn, dt, dm):
+def _unpack45(five, row, o, g, b, qt32, sv, mn, dt, dm, ks):
     """Rows 16g..16g+15 of a Q4_K / Q5_K super-block into q8k_lanes' tile (a scale at each per-32
-    entry, the per-32 kernels read only those; mins at both per-16 entries)."""
-    h, f = 16 * g, o + (QH5_BYTES if five else 0)
+    entry, the per-32 kernels read only those; mins at both per-16 entries); ks: its scales and mins
+    decoded (simd_lanes.k4_planes)."""
+    h = 16 * g
     for pr in range(4):
         for w in range(8):
-            lo, hi = quants(five, row, o, o + (pr * 8 + w) * WORD + 4 * h, 4 * h, pr, w)
+            lo, hi = quants(five, row, o, o + qs_at(five) + (pr * 8 + w) * WORD + 4 * h, 4 * h, pr, w)
             word = b * 64 + 16 * pr + w  # of value 64·pr + 4w; the high nibbles 32 values on
             store16(qt32, word * ROWS + h, lo)
             store16(qt32, (word + 8) * ROWS + h, hi)
     for j in range(8):
-        m = bload16(row, f + MN + j * ROWS + h)
-        store16(sv, (b * 16 + 2 * j) * ROWS + h, bload16(row, f + SC + j * ROWS + h))
+        m = bload16(ks, MN + j * ROWS + h)
+        store16(sv, (b * 16 + 2 * j) * ROWS + h, bload16(ks, j * ROWS + h))
         store16(mn, (b * 16 + 2 * j) * ROWS + h, m)
         store16(mn, (b * 16 + 2 * j + 1) * ROWS + h, m)
-    store16(dt, b * ROWS + h, hload16(row, f + D + 2 * h))
-    store16(dm, b * ROWS + h, hload16(row, f + DM + 2 * h))
+    store16(dt, b * ROWS + h, hload16(row, o + D + 2 * h))
+    store16(dm, b * ROWS + h, hload16(row, o + DM + 2 * h))
 
 
 @inline
-def tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ahead):
+def tiled(bits, p, t, rows, xq, xd, bs16, out, qt32, sv, mn, dt, dm, tmp, ks, ahead):
     """Task t for many vectors: unpacked once into q8k_lanes' tile (a copy with no transposes: the
     layout is interleaved already), then q8k_lanes' passes, vpdpbusd alone per quant word and vector."""
     n, gb = xq.shape[0], GB6 if bits == 6 else (GB5 if bits == 5 else GB)
     for b in range(xd.shape[1]):
         stream_ahead(p[t], b * gb, gb, True, ahead)
+        if bits != 6:
+            k4_planes(p[t], b * gb + SC, ks)
         for g in range(2):
             if bits == 6:
                 _unpack6(p[t], b * gb, g, b, qt32, sv, mn, dt, dm)
             else:
-                _unpack45(bits == 5, p[t], b * gb, g, b, qt32, sv, mn, dt, dm)
+                _unpack45(bits == 5, p[t], b * gb, g, b, qt32, sv, mn, dt, dm, ks)
     nr, sub, qt = min(rows, (t + 1) * ROWS) - t * ROWS, 16 if bits == 6 else 32, qt32.view(np.uint8)
     step = pwords16(bits)
     for i in range(0, n - n % 4, 4):

@@ -9,11 +9,12 @@ after another, each as [unit][row] (a unit: the bytes one row contributes at a t
   Q4_0  quants: 4 words (the file's 16 nibble bytes: low nibbles are quants 4w..4w+3, high
         nibbles 16+4w..19+4w), then d: fp16
   Q8_0  quants: 8 words (the file's 32 int8, each + 128: vpdpbusd's unsigned side), then d: fp16
-  Q4_K  quants: 32 words (pair p, word w: low nibbles are values 64p+4w.., high 64p+32+4w..),
-        then the 8 six-bit scales and the 8 six-bit mins decoded to one byte each, then d, then
-        dmin: fp16
-  Q5_K  as Q4_K, with the file's 32 qh bytes as 8 words between the quants and the scales (bit 2p
-        of qh byte l is the fifth bit of value 64p+l, bit 2p+1 that of 64p+32+l)
+  Q4_K  the file's 12 packed bytes of six-bit scales and mins (12 units of one byte; the kernels
+        decode them per super-block, simd_lanes.k4_planes), d, dmin: fp16, then the quants: 32
+        words (pair p, word w: low nibbles are values 64p+4w.., high 64p+32+4w..); the fields a
+        pass needs first come first, so it reads a super-block in address order
+  Q5_K  as Q4_K, with the file's 32 qh bytes as 8 words between dmin and the quants (bit 2p of
+        qh byte l is the fifth bit of value 64p+l, bit 2p+1 that of 64p+32+l)
   Q6_K  the file's 6-bit values re-cut into three planes of bytes (`_six_planes`): half h's values
         128h + l, +32, +64 (l = 0..31) whole in the low 6 bits of planes 0, 1, 2, and the fourth,
         128h + l + 96, in their top 2 bits (its bits 4-5, 2-3, 0-1): on AVX2 a value costs one vpand,
@@ -22,10 +23,10 @@ after another, each as [unit][row] (a unit: the bytes one row contributes at a t
         (16 words: 2 at qh byte 32h + l) lie, taken by quarter: quarter (h, q) holds, for k = 0..3,
         words 16h+4q+k, 16h+8+4q+k and 32+8h+4q+k of those 48, so a pass reads a super-block strictly
         in address order and the hardware prefetcher follows it; then the 16 int8 scales, d: fp16
+        (first, as Q4_K's, its single-vector pass streamed 20-30 % slower)
 
-Q4_0 and Q8_0 are a permutation of the file's bytes (18 / 34 per row and block), Q6_K one of its
-bits (210 bytes); Q4_K and Q5_K grow by 4 bytes per row and super-block (144 -> 148, 176 -> 180: the
-12 packed scale bytes become 16), so no kernel decodes them.
+Every layout is a permutation of the file's bytes (Q4_0, Q8_0, Q4_K, Q5_K: 18, 34, 144, 176 per row
+and block) or, Q6_K, of its bits (210 bytes): a decode step streams no more than the file holds.
 """
 
 import numpy as np
@@ -36,7 +37,7 @@ from pantheon.engine.kernels.contract import read_only
 # Rows per task: two 16-lane groups.
 ROWS = 32
 # qtype -> (values per block, file bytes per block of one row, repacked bytes per block of one row)
-LAYOUTS = {T.Q4_0: (32, 18, 18), T.Q8_0: (32, 34, 34), T.Q4_K: (256, 144, 148), T.Q5_K: (256, 176, 180),
+LAYOUTS = {T.Q4_0: (32, 18, 18), T.Q8_0: (32, 34, 34), T.Q4_K: (256, 144, 144), T.Q5_K: (256, 176, 176),
            T.Q6_K: (256, 210, 210)}
 
 
@@ -64,20 +65,11 @@ def _fields(qtype, blocks):
         words = planes.reshape(tasks, rows, nb, 48, 4)[..., Q6_ORDER, :]  # [tasks, 32, nb, 48, 4]
         return words, blocks[..., 192:208, None], blocks[..., None, 208:210]
     if qtype in (T.Q4_K, T.Q5_K):
-        sc, mn = _k4_scales(blocks[..., 4:16])  # [tasks, 32, nb, 8] each
         qh = (blocks[..., 16:48].reshape(tasks, rows, nb, 8, 4),) if qtype == T.Q5_K else ()
-        return (blocks[..., -128:].reshape(tasks, rows, nb, 32, 4), *qh, sc[..., None], mn[..., None],
-                blocks[..., None, 0:2], blocks[..., None, 2:4])
+        return (blocks[..., 4:16, None], blocks[..., None, 0:2], blocks[..., None, 2:4], *qh,
+                blocks[..., -128:].reshape(tasks, rows, nb, 32, 4))
     qs = blocks[..., 2:].reshape(tasks, rows, nb, -1, 4)  # [tasks, 32, nb, words, 4]
     return (qs ^ np.uint8(0x80) if qtype == T.Q8_0 else qs), blocks[..., None, 0:2]
-
-
-def _k4_scales(q):
-    """ggml's get_scale_min_k4 over every block: q uint8 [..., 12] -> 8 scales, 8 mins (uint8 [..., 8])."""
-    lo, mid, hi = q[..., 0:4], q[..., 4:8], q[..., 8:12]
-    sc = np.concatenate([lo & 63, (hi & 15) | ((lo >> 6) << 4)], axis=-1)  # [..., 8]
-    mn = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)  # [..., 8]
-    return sc, mn
 
 
 def pack(qtype, raw):
@@ -106,25 +98,17 @@ def unpack(qtype, packed, rows):
         fields.append(part.transpose(0, 3, 1, 2, 4).reshape(tasks, ROWS, nb, units * unit))  # [tasks, 32, nb, *]
         at += units * ROWS * unit
     if qtype == T.Q4_K:
-        qs, sc, mn, d, dmin = fields
-        fields = [d, dmin, _k4_pack(sc, mn), qs]
+        sc, d, dmin, qs = fields
+        fields = [d, dmin, sc, qs]
     elif qtype == T.Q5_K:
-        qs, qh, sc, mn, d, dmin = fields
-        fields = [d, dmin, _k4_pack(sc, mn), qh, qs]
+        sc, d, dmin, qh, qs = fields
+        fields = [d, dmin, sc, qh, qs]
     elif qtype == T.Q6_K:
         words = fields[0].reshape(tasks, ROWS, -1, 48, 4)[..., np.argsort(Q6_ORDER), :]  # [tasks, 32, nb, 48, 4]
         fields = [_file_bits(words.reshape(tasks, ROWS, -1, 192)), *fields[1:]]
     else:  # Q4_0 / Q8_0 keep d first in the file
         fields = [fields[1], fields[0] ^ np.uint8(0x80) if qtype == T.Q8_0 else fields[0]]
     return np.concatenate(fields, axis=3).reshape(tasks * ROWS, nb * block)[:rows]
-
-
-def _k4_pack(sc, mn):
-    """The inverse of `_k4_scales`: 8 six-bit scales and mins -> ggml's 12 packed bytes."""
-    lo = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)  # [..., 4]
-    mid = mn[..., :4] | ((mn[..., 4:] >> 4) << 6)  # [..., 4]
-    hi = (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)  # [..., 4]
-    return np.concatenate([lo, mid, hi], axis=-1)
 
 
 def _six_values(q):

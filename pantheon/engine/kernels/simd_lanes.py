@@ -248,3 +248,31 @@ def dup16(typingctx, v):
     def codegen(context, builder, sig, args):
         return builder.or_(args[0], builder.shl(args[0], ir.Constant(_V16I, [16] * 16)))
     return I32X16(v), codegen
+
+
+@intrinsic
+def k4_planes(typingctx, ary, off, out):
+    """32 rows' Q4_K / Q5_K scales and mins, one byte each, from the file's 12 packed bytes (ggml's
+    get_scale_min_k4) that kernels.repack keeps as 12 planes of 32 rows at ary[off:]: out[32j:32j+32] =
+    scale j's, out[256 + 32j:] = min j's (out uint8 [512]). A few byte operations per super-block of 32
+    rows, where storing them decoded (repack layouts 1-8) streamed 4 more bytes per row and super-block."""
+    def codegen(context, builder, sig, args):
+        v32 = ir.VectorType(_I8, 32)
+
+        def at(ty, ary, base, k):
+            return _ptr(context, builder, ty, ary, builder.add(base, ir.Constant(base.type, 32 * k)), v32)
+
+        def c(x):
+            return ir.Constant(v32, [x] * 32)
+
+        q = [builder.load(at(sig.args[0], args[0], args[1], k), align=1) for k in range(12)]
+        zero = ir.Constant(args[1].type, 0)
+        for j in range(4):
+            lo, mid, hi = q[j], q[4 + j], q[8 + j]
+            top_lo, top_mid = builder.shl(builder.lshr(lo, c(6)), c(4)), builder.shl(builder.lshr(mid, c(6)), c(4))
+            planes = ((j, builder.and_(lo, c(63))), (4 + j, builder.or_(builder.and_(hi, c(15)), top_lo)),
+                      (8 + j, builder.and_(mid, c(63))), (12 + j, builder.or_(builder.lshr(hi, c(4)), top_mid)))
+            for k, v in planes:
+                builder.store(v, at(sig.args[2], args[2], zero, k), align=1)
+        return context.get_dummy_value()
+    return types.none(ary, off, out), codegen

@@ -13,8 +13,10 @@ on Zen 4"):
   each quarter's three words 512 bytes apart (12 Q6_K 5632x2048 matrices: 16.7 GB/s with none, 26.6 at
   65536); its words now lie in the order it reads them (repack layout 7 on), and with none it streams
   34-36 GB/s (alternating runs) against 23-26 for the old layout at 64 KiB. Q5_K's single-vector pass
-  reads two streams (its quant words and, on the first pair, its qh words) and wants 64 KiB at every
-  batch size (12 Q5_K 5632x2048 matrices, one vector: 24.6-25.0 GB/s against 19.6-20.0 with none).
+  read two streams (its quant words and, on the first pair, its qh words behind them) and wanted 64
+  KiB at every batch size; since its qh words stand before the quant words (layout 9) it reads in
+  address order too and wants none (5632x2048, Zen 3: 0.62-0.65 ms at 64 KiB with the old layout,
+  0.57-0.58 with none and the new).
 """
 
 import functools
@@ -37,4 +39,4 @@ def prefetch_ahead(qtype, n, cpu=None):
     name = cpu if cpu is not None else llb.get_host_cpu_name()
     if not name.startswith("znver"):
         return DEFAULT_AHEAD
-    return 0 if n < 4 and T(qtype) != T.Q5_K else ZEN_AHEAD
+    return 0 if n < 4 else ZEN_AHEAD

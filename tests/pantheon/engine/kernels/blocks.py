@@ -1,4 +1,5 @@
-"""Random raw ggml blocks for kernel tests: random bytes whose fp16 scales are sane finite values."""
+"""Random raw ggml blocks for kernel tests (random bytes whose fp16 scales are sane finite values), and
+ggml's decoding of packed Q4_K scales to check repacked layouts against."""
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES
@@ -22,3 +23,11 @@ def random_blocks(qtype, rows, cols, rng):
         scale = rng.uniform(0.5, 2.0, (rows, nb)) * 10.0 ** rng.uniform(-4, -1, (rows, nb))  # [rows, nb]
         raw[:, :, o:o + 2] = scale.astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
     return read_only(raw.reshape(rows, nb * block_bytes))  # [rows, row_bytes]
+
+
+def k4_decoded(planes):
+    """ggml's get_scale_min_k4 on the 12 packed bytes' planes uint8 [..., 12, rows] -> scales, mins [..., 8, rows]."""
+    lo, mid, hi = planes[..., 0:4, :], planes[..., 4:8, :], planes[..., 8:12, :]
+    sc = np.concatenate([lo & 63, (hi & 15) | ((lo >> 6) << 4)], axis=-2)  # [..., 8, rows]
+    mn = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-2)  # [..., 8, rows]
+    return sc, mn

@@ -1,19 +1,41 @@
 """The repacked K-quant field offsets: each super-block's fields tile its bytes exactly (kernels.repack's sizes)."""
 
+import numba
+import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from pantheon.engine.kernels import q8k_repacked_layout as lay
 from pantheon.engine.kernels.repack import LAYOUTS, Q6_ORDER, ROWS
+from pantheon.engine.kernels.simd_lanes import k4_planes
+from tests.pantheon.engine.kernels.blocks import k4_decoded
 
 
 def test_q4_k_fields_end_where_the_super_block_ends():
-    assert lay.SC == 128 * ROWS  # 256 nibbles of each row first
-    assert (lay.MN - lay.SC, lay.D - lay.MN, lay.DM - lay.D) == (8 * ROWS, 8 * ROWS, 2 * ROWS)
-    assert lay.DM + 2 * ROWS == lay.GB == LAYOUTS[T.Q4_K][2] * ROWS
+    assert (lay.SC, lay.D, lay.DM) == (0, 12 * ROWS, 14 * ROWS)  # the file's 12 scale bytes, d, dmin first
+    assert lay.qs_at.py_func(False) == lay.DM + 2 * ROWS  # then 256 nibbles of each row
+    assert lay.qs_at.py_func(False) + 128 * ROWS == lay.GB == LAYOUTS[T.Q4_K][2] * ROWS
 
 
-def test_q5_k_is_its_qh_words_then_q4_k():
-    assert lay.QH5 == 128 * ROWS and lay.QH5_BYTES == 32 * ROWS
+def test_k4_planes_decodes_every_scale_and_min():
+    """simd_lanes.k4_planes on 12 random planes (every bit pattern of the packed bytes is a valid block)
+    against ggml's get_scale_min_k4, from an odd offset: scales at 32j, mins at MN + 32j."""
+    planes = np.random.default_rng(5).integers(0, 256, (12, ROWS), dtype=np.uint8)  # [12, 32]
+    buf = np.concatenate([np.zeros(3, np.uint8), planes.reshape(-1)])  # [3 + 384]
+    out = np.zeros(16 * ROWS, np.uint8)  # [16, 32]
+    _decode(buf, 3, out)
+    sc, mn = k4_decoded(planes)  # [8, 32] each
+    np.testing.assert_array_equal(out[:lay.MN].reshape(8, ROWS), sc)
+    np.testing.assert_array_equal(out[lay.MN:].reshape(8, ROWS), mn)
+
+
+@numba.njit
+def _decode(buf, at, out):
+    k4_planes(buf, at, out)
+
+
+def test_q5_k_puts_its_qh_words_before_the_quants():
+    assert lay.QH5 == lay.qs_at.py_func(False) and lay.QH5_BYTES == 32 * ROWS
+    assert lay.qs_at.py_func(True) == lay.QH5 + lay.QH5_BYTES
     assert lay.GB5 == lay.GB + lay.QH5_BYTES == LAYOUTS[T.Q5_K][2] * ROWS
 
 

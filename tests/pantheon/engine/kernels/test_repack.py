@@ -6,7 +6,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from pantheon.engine.kernels import repack
-from tests.pantheon.engine.kernels.blocks import random_blocks
+from tests.pantheon.engine.kernels.blocks import k4_decoded, random_blocks
 
 # 85 rows: two full 32-row tasks and one of 21 (11 padding rows).
 ROWS, COLS = 85, 256
@@ -16,8 +16,7 @@ ROWS, COLS = 85, 256
 def test_round_trip_and_size(qtype):
     raw = random_blocks(qtype, ROWS, COLS, np.random.default_rng(int(qtype)))
     p = repack.pack(qtype, raw)
-    grown = {T.Q4_K: 148 / 144, T.Q5_K: 180 / 176}.get(qtype, 1)  # 12 packed scale bytes become 16
-    assert p.shape == (3, raw.shape[1] * 32 * grown) and p.nbytes == repack.nbytes(qtype, ROWS, COLS)
+    assert p.shape == (3, raw.shape[1] * 32) and p.nbytes == repack.nbytes(qtype, ROWS, COLS)  # no byte added
     np.testing.assert_array_equal(repack.unpack(qtype, p, ROWS), raw)
 
 
@@ -55,12 +54,11 @@ def test_q4_k_layout_dequantizes_to_gguf_values():
     dequantization of the file's block."""
     raw = random_blocks(T.Q4_K, ROWS, COLS, np.random.default_rng(11))
     nb = COLS // 256
-    blk = repack.pack(T.Q4_K, raw).reshape(3, nb, 148 * 32)  # [tasks, nb, 32 rows' super-block]
-    qs = blk[..., :4096].reshape(3, nb, 4, 8, 32, 4)  # [tasks, nb, pair, word, row, byte]
-    sc = blk[..., 4096:4352].reshape(3, nb, 8, 32).astype(np.float32)  # [tasks, nb, sub-block, row]
-    mn = blk[..., 4352:4608].reshape(3, nb, 8, 32).astype(np.float32)  # [tasks, nb, sub-block, row]
-    d = blk[..., 4608:4672].copy().view(np.float16).astype(np.float32)  # [tasks, nb, row]
-    dmin = blk[..., 4672:4736].copy().view(np.float16).astype(np.float32)  # [tasks, nb, row]
+    blk = repack.pack(T.Q4_K, raw).reshape(3, nb, 144 * 32)  # [tasks, nb, 32 rows' super-block]
+    sc, mn = (v.astype(np.float32) for v in k4_decoded(blk[..., :384].reshape(3, nb, 12, 32)))  # [.., 8, row]
+    d = blk[..., 384:448].copy().view(np.float16).astype(np.float32)  # [tasks, nb, row]
+    dmin = blk[..., 448:512].copy().view(np.float16).astype(np.float32)  # [tasks, nb, row]
+    qs = blk[..., 512:].reshape(3, nb, 4, 8, 32, 4)  # [tasks, nb, pair, word, row, byte]
     q = np.stack([qs & 15, qs >> 4], axis=3)  # [tasks, nb, pair, half, word, row, byte]
     q = q.transpose(0, 5, 1, 2, 3, 4, 6).reshape(3, 32, nb, 8, 32).astype(np.float32)  # [tasks, row, nb, sub, 32]
     scale = (d[:, :, None, :] * sc).transpose(0, 3, 1, 2)[..., None]  # [tasks, row, nb, sub, 1]
