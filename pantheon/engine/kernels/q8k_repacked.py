@@ -21,8 +21,8 @@ from pantheon.engine.kernels.jit import exact, exact_serial, inline
 from pantheon.engine.kernels.kblocks import QK_K
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8dot_tiles import put_rows
-from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, SC, SC6, WORD, qs_at, quants,
-                                                         word6, words6)
+from pantheon.engine.kernels.q8k_repacked_layout import (D6, D_BYTES, GB, GB5, GB6, KD, MN, SC, SC6, WORD, qs_at,
+                                                         quants, word6, words6)
 from pantheon.engine.kernels.q8k_repacked_tiles import tiled
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
@@ -42,11 +42,11 @@ TILED_FROM6_AVX2 = 2
 
 
 @inline
-def _finish(acc, at, isum, msum, row, o, g, xd):
-    """acc[at:at+16] after one super-block of one vector (o: past Q5_K's qh words): the scaled sums'
+def _finish(acc, at, isum, msum, ks, g, xd):
+    """acc[at:at+16] after one super-block of one vector (ks: its decoded header): the scaled sums'
     fma, then the mins'."""
-    a = fma16h(fload16(acc, at), isum, row, o + D + 32 * g, xd)
-    store16(acc, at, fnma16h(a, msum, row, o + DM + 32 * g, xd))
+    a = fma16h(fload16(acc, at), isum, ks, KD + 32 * g, xd)
+    store16(acc, at, fnma16h(a, msum, ks, KD + D_BYTES + 32 * g, xd))
 
 
 @inline
@@ -77,7 +77,7 @@ def _four(five, p, t, g, xq, xd, bs16, i, b, acc, ks):
         m0, m1 = wdot16(m0, mn, bs16[i], at), wdot16(m1, mn, bs16[i + 1], at)
         m2, m3 = wdot16(m2, mn, bs16[i + 2], at), wdot16(m3, mn, bs16[i + 3], at)
     for k, (isum, msum) in enumerate(((i0, m0), (i1, m1), (i2, m2), (i3, m3))):
-        _finish(acc, 32 * (i + k) + 16 * g, isum, msum, row, o, g, xd[i + k, b])
+        _finish(acc, 32 * (i + k) + 16 * g, isum, msum, ks, g, xd[i + k, b])
 
 
 @inline
@@ -93,7 +93,7 @@ def _end1(acc, i, g, isum, row, o, ks, bs16, b, xd):
     m0 = izero16()
     for j in range(8):
         m0 = wdot16(m0, dup16(bload16(ks, MN + j * ROWS + 16 * g)), bs16[i], 16 * b + 2 * j)
-    _finish(acc, 32 * i + 16 * g, isum, m0, row, o, g, xd[i, b])
+    _finish(acc, 32 * i + 16 * g, isum, m0, ks, g, xd[i, b])
 
 
 @inline
@@ -320,7 +320,7 @@ def _scratch(n, cols, m):
     mins, d, dmin in row lanes)."""
     return (np.empty(n * ROWS, np.float32),  # [n, 32] row-lane accumulators of the task
             np.empty(16, np.float32),  # [16] one ragged row group
-            np.empty(8 * 64, np.uint8),  # [8, 16] Q6_K scale pairs of 16 rows, int16 each; Q4_K: [16, 32] bytes
+            np.empty(10 * 64, np.uint8),  # [8, 16] Q6_K scale pairs of 16 rows, int16 each; Q4_K: k4_planes'
             np.empty(cols // 4 * ROWS if m else 0, np.uint32),  # [cols/4, 32] quant words
             np.empty(cols // 16 * ROWS if m else 0, np.int32),  # [cols/16, 32] scales in row lanes
             np.empty(cols // 16 * ROWS if m else 0, np.int32),  # [cols/16, 32] mins in row lanes

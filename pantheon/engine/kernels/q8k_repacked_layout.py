@@ -14,8 +14,9 @@ from pantheon.engine.kernels.simd_lanes import hi16, lo16, or16, qbit16, wload16
 GB, GB5 = LAYOUTS[T.Q4_K][2] * ROWS, LAYOUTS[T.Q5_K][2] * ROWS
 SC, D, DM, QS = 0, 12 * ROWS, 14 * ROWS, 16 * ROWS
 QH5, QH5_BYTES = QS, 8 * 4 * ROWS
-# Where simd_lanes.k4_planes puts a super-block's decoded mins (its scales from 0), one byte per row.
-MN = 8 * ROWS
+# Where simd_lanes.k4_planes puts a super-block's decoded mins (its scales from 0), one byte per row, and
+# its d and dmin (fp16, D_BYTES each).
+MN, KD, D_BYTES = 8 * ROWS, 16 * ROWS, 2 * ROWS
 GB6 = LAYOUTS[T.Q6_K][2] * ROWS
 SC6, D6 = 6144, 6144 + 16 * ROWS
 # Bytes of one quant word of all 32 rows.

@@ -6,7 +6,7 @@ import numpy as np
 from pantheon.engine.kernels.jit import inline
 from pantheon.engine.kernels.q8dot_repacked import stream_ahead
 from pantheon.engine.kernels.q8k_lanes import pass1, pass4
-from pantheon.engine.kernels.q8k_repacked_layout import (D, D6, DM, GB, GB5, GB6, MN, SC, SC6, WORD, qs_at,
+from pantheon.engine.kernels.q8k_repacked_layout import (D6, D_BYTES, GB, GB5, GB6, KD, MN, SC, SC6, WORD, qs_at,
                                                          quants, words6)
 from pantheon.engine.kernels.repack import ROWS
 from pantheon.engine.kernels.simd512 import izero16, store16
@@ -39,8 +39,8 @@ def _unpack6(row, o, g, b, qt32, sv, mn, dt, dm):
 @inline
 def _unpack45(five, row, o, g, b, qt32, sv, mn, dt, dm, ks):
     """Rows 16g..16g+15 of a Q4_K / Q5_K super-block into q8k_lanes' tile (a scale at each per-32
-    entry, the per-32 kernels read only those; mins at both per-16 entries); ks: its scales and mins
-    decoded (simd_lanes.k4_planes)."""
+    entry, the per-32 kernels read only those; mins at both per-16 entries); ks: its header decoded
+    (simd_lanes.k4_planes)."""
     h = 16 * g
     for pr in range(4):
         for w in range(8):
@@ -53,8 +53,8 @@ def _unpack45(five, row, o, g, b, qt32, sv, mn, dt, dm, ks):
         store16(sv, (b * 16 + 2 * j) * ROWS + h, bload16(ks, j * ROWS + h))
         store16(mn, (b * 16 + 2 * j) * ROWS + h, m)
         store16(mn, (b * 16 + 2 * j + 1) * ROWS + h, m)
-    store16(dt, b * ROWS + h, hload16(row, o + D + 2 * h))
-    store16(dm, b * ROWS + h, hload16(row, o + DM + 2 * h))
+    store16(dt, b * ROWS + h, hload16(ks, KD + 2 * h))
+    store16(dm, b * ROWS + h, hload16(ks, KD + D_BYTES + 2 * h))
 
 
 @inline

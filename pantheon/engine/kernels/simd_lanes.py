@@ -252,10 +252,12 @@ def dup16(typingctx, v):
 
 @intrinsic
 def k4_planes(typingctx, ary, off, out):
-    """32 rows' Q4_K / Q5_K scales and mins, one byte each, from the file's 12 packed bytes (ggml's
-    get_scale_min_k4) that kernels.repack keeps as 12 planes of 32 rows at ary[off:]: out[32j:32j+32] =
-    scale j's, out[256 + 32j:] = min j's (out uint8 [512]). A few byte operations per super-block of 32
-    rows, where storing them decoded (repack layouts 1-8) streamed 4 more bytes per row and super-block."""
+    """A Q4_K / Q5_K super-block's header for 32 rows, from the planes of 32 rows kernels.repack keeps at
+    ary[off:] (the file's 12 packed scale bytes, d, dmin): out[32j:32j+32] = scale j's bytes and
+    out[256 + 32j:] = min j's (ggml's get_scale_min_k4), out[512:576] = d and out[576:640] = dmin as
+    they lie (out uint8 [640]). A few byte operations per super-block of 32 rows, where storing them
+    decoded (repack layouts 1-8) streamed 4 more bytes per row and super-block; the passes then read
+    the header from L1, and the weights only in address order."""
     def codegen(context, builder, sig, args):
         v32 = ir.VectorType(_I8, 32)
 
@@ -265,8 +267,10 @@ def k4_planes(typingctx, ary, off, out):
         def c(x):
             return ir.Constant(v32, [x] * 32)
 
-        q = [builder.load(at(sig.args[0], args[0], args[1], k), align=1) for k in range(12)]
+        q = [builder.load(at(sig.args[0], args[0], args[1], k), align=1) for k in range(16)]
         zero = ir.Constant(args[1].type, 0)
+        for k in range(12, 16):  # d and dmin, copied as they lie
+            builder.store(q[k], at(sig.args[2], args[2], zero, 4 + k), align=1)
         for j in range(4):
             lo, mid, hi = q[j], q[4 + j], q[8 + j]
             top_lo, top_mid = builder.shl(builder.lshr(lo, c(6)), c(4)), builder.shl(builder.lshr(mid, c(6)), c(4))

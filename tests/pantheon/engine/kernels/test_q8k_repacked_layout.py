@@ -16,16 +16,19 @@ def test_q4_k_fields_end_where_the_super_block_ends():
     assert lay.qs_at.py_func(False) + 128 * ROWS == lay.GB == LAYOUTS[T.Q4_K][2] * ROWS
 
 
-def test_k4_planes_decodes_every_scale_and_min():
-    """simd_lanes.k4_planes on 12 random planes (every bit pattern of the packed bytes is a valid block)
-    against ggml's get_scale_min_k4, from an odd offset: scales at 32j, mins at MN + 32j."""
-    planes = np.random.default_rng(5).integers(0, 256, (12, ROWS), dtype=np.uint8)  # [12, 32]
-    buf = np.concatenate([np.zeros(3, np.uint8), planes.reshape(-1)])  # [3 + 384]
-    out = np.zeros(16 * ROWS, np.uint8)  # [16, 32]
+def test_k4_planes_decodes_every_scale_and_min_and_copies_d_and_dmin():
+    """simd_lanes.k4_planes on 16 random planes (every bit pattern of the packed bytes is a valid block)
+    against ggml's get_scale_min_k4, from an odd offset: scales at 32j, mins at MN + 32j, then the 128
+    bytes of d and dmin at KD as they lay."""
+    planes = np.random.default_rng(5).integers(0, 256, (16, ROWS), dtype=np.uint8)  # [16, 32]
+    buf = np.concatenate([np.zeros(3, np.uint8), planes.reshape(-1)])  # [3 + 512]
+    out = np.zeros(20 * ROWS, np.uint8)  # [20, 32]
     _decode(buf, 3, out)
-    sc, mn = k4_decoded(planes)  # [8, 32] each
+    sc, mn = k4_decoded(planes[:12])  # [8, 32] each
     np.testing.assert_array_equal(out[:lay.MN].reshape(8, ROWS), sc)
-    np.testing.assert_array_equal(out[lay.MN:].reshape(8, ROWS), mn)
+    np.testing.assert_array_equal(out[lay.MN:lay.KD].reshape(8, ROWS), mn)
+    assert lay.KD + 2 * lay.D_BYTES == out.size and lay.D_BYTES == lay.DM - lay.D
+    np.testing.assert_array_equal(out[lay.KD:], planes[12:].reshape(-1))
 
 
 @numba.njit
