@@ -25,7 +25,7 @@ from pantheon.engine.kernels import q8dot, q8k, q8k_acts
 from pantheon.engine.kernels.attention_tiles import store_and_attend
 from pantheon.engine.kernels.matmul import dequantize_rows
 from pantheon.engine.kernels.stream import prefetch_ahead
-from pantheon.engine.ops import rms_norm_into, silu_mul_into
+from pantheon.engine.ops import rms_norm_into, silu_mul_halves_into, silu_mul_into
 
 
 class _Rounding:
@@ -66,6 +66,9 @@ class _Products:
                 self.calls.append(_Call(ws[i], ws[i].packed, ws[i].rows, ((0, ws[i].rows),)))
                 i += 1
         self.kinds = sorted({c.k_quant for c in self.calls})
+        spans = self.calls[0].members
+        # One call whose output is two members of one width (a stacked gate and up): read in place.
+        self.halves = len(self.calls) == 1 and len(spans) == 2 and spans[0][1] * 2 == spans[1][1]
 
     def outputs(self, n, arrays):
         """Each call's output [n, rows] and its prefetch distance; through `arrays` (place and shape -> array)
@@ -74,17 +77,20 @@ class _Products:
         return [(arrays.setdefault((i, n, c.rows), np.empty((n, c.rows), np.float32)), prefetch_ahead(c.qtype, n))
                 for i, c in enumerate(self.calls)]
 
-    def run(self, x, acts, outs, threads):
-        """Each member's product x [n, cols] times it, float32 [n, rows] C-contiguous (a view of the kept
-        output for one row, a copy for several: what the general path's stacks hand on)."""
+    def multiply(self, x, acts, outs, threads):
+        """x [n, cols] rounded once per kind, and each call's kernel into its kept output (outs)."""
         for kind in self.kinds:
             acts[kind].round(x)
-        got = []
         for c, (out, ahead) in zip(self.calls, outs):
             a = acts[c.k_quant]
             c.kernel(c.packed, c.rows, a.xq, a.xd, a.sums, out, threads, ahead)
-            got.extend(np.ascontiguousarray(out[:, s:e]) for s, e in c.members)  # [n, rows] each
-        return got
+
+    def run(self, x, acts, outs, threads):
+        """Each member's product x [n, cols] times it, float32 [n, rows] C-contiguous (a view of the kept
+        output for one row, a copy for several: what the general path's stacks hand on)."""
+        self.multiply(x, acts, outs, threads)
+        return [np.ascontiguousarray(out[:, s:e]) for c, (out, _) in zip(self.calls, outs)
+                for s, e in c.members]  # [n, rows] each
 
 
 class _Buffers:
@@ -173,6 +179,10 @@ class DecodeStep:
     def _ffn(self, li, blk, x, threads, buf):
         (_, _, gu, down), (_, _, o_gu, o_down) = self.layers[li], buf.layers[li]
         rms_norm_into(x, blk.ffn_norm, self.config.norm_eps, buf.h)
-        g, u = gu.run(buf.h, buf.acts[self.dim], o_gu, threads)  # [n, ff] x2
-        silu_mul_into(g, u, buf.g)
+        if gu.halves:
+            gu.multiply(buf.h, buf.acts[self.dim], o_gu, threads)
+            silu_mul_halves_into(o_gu[0][0], buf.g)  # [n, 2·ff] in place
+        else:
+            g, u = gu.run(buf.h, buf.acts[self.dim], o_gu, threads)  # [n, ff] x2
+            silu_mul_into(g, u, buf.g)
         return down.run(buf.g, buf.acts[buf.g.shape[1]], o_down, threads)[0]  # [n, dim]

@@ -69,6 +69,21 @@ def _silu_mul_serial(g, u, out):
         _silu_mul_row(g[i], u[i], out[i])
 
 
+@exact_serial
+def _halves_serial(gu, out):
+    # silu_mul_halves_into's rows in the calling thread (SILU_SERIAL_VALUES), each row as _silu_mul_serial's.
+    f = out.shape[1]
+    for i in range(gu.shape[0]):
+        _silu_mul_row(gu[i, :f], gu[i, f:], out[i])
+
+
+@exact
+def _halves_rows(gu, out):
+    f = out.shape[1]
+    for i in prange(gu.shape[0]):
+        _silu_mul_row(gu[i, :f], gu[i, f:], out[i])
+
+
 def silu_mul(g, u):
     """silu(g) * u for g, u float32 [n, f] (SwiGLU's gate and up): float32 [n, f]."""
     out = np.empty(g.shape, np.float32)  # [n, f]
@@ -79,6 +94,12 @@ def silu_mul(g, u):
 def silu_mul_into(g, u, out):
     """`silu_mul` written into out [n, f]."""
     (_silu_mul_serial if g.size < SILU_SERIAL_VALUES else _silu_mul_rows)(g, u, out)
+
+
+def silu_mul_halves_into(gu, out):
+    """`silu_mul_into` of the halves of a C-contiguous gu [n, 2f] (gate gu[:, :f], up gu[:, f:]: a stacked
+    gate and up product, read in place where splitting it would copy both halves) into out [n, f]."""
+    (_halves_serial if out.size < SILU_SERIAL_VALUES else _halves_rows)(gu, out)
 
 
 def softmax(x, axis=-1):

@@ -9,6 +9,9 @@ from pantheon.engine.weights import Weight
 # (new tokens, cached before): a prefill chunk past every small-batch limit (16 vectors), a decode batch
 # (5: a 4-vector kernel plus a single vector), one decode step.
 STEPS = ((20, 0), (5, 20), (1, 25))
+# Sequences of one batched decode step (engine.decode_step with several rows): its gate and up halves
+# take ops.silu_mul_halves_into's thread-pool form from 8 rows of 2048.
+DECODE_BATCH = 8
 # Rows an expert may receive in one step: 1 takes the int8 kernels that read rows in place, 4 and 9 the
 # 4-vector or row-interleaving ones (or the float gemv, or dequant + BLAS), 17 the interleaving ones of
 # every type; a 20-token forward gives each expert only a row or two.
@@ -23,6 +26,7 @@ def warm_up(model, n_ctx):
     cache = model.new_cache(sum(STEPS[-1]) + 1)
     for n, _ in STEPS:
         model.forward([(cache, [1] * n)])
+    model.forward([(model.new_cache(2), [1]) for _ in range(DECODE_BATCH)])
     for w in _expert_samples(model.weights.blocks):
         for n in EXPERT_ROWS:
             qmatmul([w], np.zeros((n, w.cols), np.float32))  # [n, <=16] discarded

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pantheon.engine.ops import SILU_SERIAL_VALUES, Rope, silu_mul
+from pantheon.engine.ops import SILU_SERIAL_VALUES, Rope, silu_mul, silu_mul_halves_into
 
 
 def test_silu_mul_matches_float64_and_survives_extreme_gates():
@@ -27,6 +27,19 @@ def test_silu_mul_takes_strided_halves_and_gives_each_row_the_same_bits_in_any_b
     whole = silu_mul(gu[:, :32], gu[:, 32:])  # [n, 32]
     for i in range(0, n, 97):
         np.testing.assert_array_equal(silu_mul(gu[i:i + 1, :32], gu[i:i + 1, 32:])[0], whole[i])
+
+
+def test_silu_mul_halves_gives_silu_mul_bits_on_one_row_or_the_thread_pool():
+    rng = np.random.default_rng(2)
+    n = SILU_SERIAL_VALUES // 32 + 1  # the whole batch in the thread pool's kernel, one row in the serial one
+    gu = (rng.standard_normal((n, 64)) * 6).astype(np.float32)  # [n, 2*32] a stacked gate and up product
+    want = silu_mul(gu[:, :32], gu[:, 32:])  # [n, 32]
+    got = np.empty((n, 32), np.float32)  # [n, 32]
+    silu_mul_halves_into(gu, got)
+    np.testing.assert_array_equal(got, want)
+    one = np.empty((1, 32), np.float32)  # [1, 32]
+    silu_mul_halves_into(gu[7:8], one)
+    np.testing.assert_array_equal(one[0], want[7])
 
 
 def _rope_reference(x, pos, n_rot, neox, base=10000.0):
