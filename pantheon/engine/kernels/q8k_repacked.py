@@ -1,17 +1,17 @@
 """Q4_K / Q5_K / Q6_K products on repacked weights (kernels.repack) with Q8_K activations: every batch size.
 
-A task's super-block holds its 32 rows' nibble words row-interleaved, their packed scale bytes (decoded
-to one byte per row and scale once per super-block, simd_lanes.k4_planes), then d and dmin. Per 16 rows and 4 vectors: one 64-byte load gives a quant word of 16 rows,
-split into its low nibbles (sub-block 2p) and high ones (2p + 1), each one vpdpbusd per vector; a
-sub-block pair's exact dots are multiplied by the rows' scales (vpmulld), the mins by the vectors'
-activation sums per 32 (AVX2 hosts: vpmaddubsw pair sums added in int16 over a run of words, then one
-vpmaddwd by the scales, kernels.vnni.pairs), and each super-block ends with q8k_lanes' two fmas:
-acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc). The mins' sums come from vpdpwssd
-(two scale·Σxq products per lane), and on VNNI hosts Q6_K passes eight vectors at once, each 6-bit word
-assembled once for the eight (AVX2 hosts tile Q6_K batches from 2 vectors, TILED_FROM6_AVX2). The same
-integers and float operations as the zero-copy kernels, so results are bit-equal to them at every batch
-size. From TILED_FROM vectors on (Q6_K on AVX2: from 2), tasks go through
-q8k_repacked_tiles instead; the layout's offsets are in q8k_repacked_layout.
+A task's super-block holds its 32 rows' packed scale bytes, d and dmin (decoded into L1 once per
+super-block, simd_lanes.k4_planes), then their nibble words row-interleaved. Per 16 rows and 4 vectors:
+one 64-byte load gives a quant word of 16 rows, split into its low nibbles (sub-block 2p) and high ones
+(2p + 1), each one vpdpbusd per vector; a sub-block pair's exact dots are multiplied by the rows' scales
+(vpmulld), the mins by the vectors' activation sums per 32 (AVX2 hosts: vpmaddubsw pair sums added in
+int16 over a run of words, then one vpmaddwd by the scales, kernels.vnni.pairs), and each super-block
+ends with q8k_lanes' two fmas: acc = fma(float(I), d·xd, acc), acc = fma(float(M), −(dmin·xd), acc). The
+mins' sums come from vpdpwssd (two scale·Σxq products per lane), and on VNNI hosts Q6_K passes eight
+vectors at once, each 6-bit word assembled once for the eight (AVX2 hosts tile Q6_K batches from 2
+vectors, TILED_FROM6_AVX2). The same integers and float operations as the zero-copy kernels, so results
+are bit-equal to them at every batch size. From TILED_FROM vectors on (Q6_K on AVX2: from 2), tasks go
+through q8k_repacked_tiles instead; the layout's offsets are in q8k_repacked_layout.
 """
 
 import numpy as np

@@ -22,7 +22,6 @@ on Zen 4"):
 import functools
 
 import llvmlite.binding as llb
-from gguf import GGMLQuantizationType as T
 
 from pantheon.engine.kernels.simd import PREFETCH_BYTES
 
@@ -35,7 +34,8 @@ ZEN_AHEAD = 65536
 @functools.cache
 def prefetch_ahead(qtype, n, cpu=None):
     """Bytes ahead of its reads that a repacked `qtype` kernel over `n` vectors asks for its weight stream
-    (0: none, the hardware prefetcher's alone) on this host, or on the one llvm names `cpu`."""
+    (0: none, the hardware prefetcher's alone) on this host, or on the one llvm names `cpu`. Every type
+    reads its blocks in address order since repack layout 9, so none has a distance of its own now."""
     name = cpu if cpu is not None else llb.get_host_cpu_name()
     if not name.startswith("znver"):
         return DEFAULT_AHEAD
