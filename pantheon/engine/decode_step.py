@@ -12,7 +12,8 @@ It serves the llama layout only (separate q, k, v without biases or norms, a gat
 only when every matrix is repacked (engine.repacked) for an int8 kernel; anything else, and a second
 thread arriving while a step runs, takes the general path. Rows are the step's sequences, one token each
 (a batch of decode streams as one); one row's products land in views of its kept outputs, several
-rows' members are copied out of a stack's output as the general path does.
+rows' members are copied out of a stack's output as the general path does, but for a stacked gate and
+up, whose halves silu reads in place.
 """
 
 import threading
